@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Lean install of agentic-iqa into ./.venv (or $VENV).
+#  - torch/torchvision pinned: an unpinned torch can pull a different multi-GB build.
+#    GPU users: install your own torch/torchvision first and run with SKIP_TORCH=1.
+#  - pyiqa with --no-deps: its declared deps pull ~85 packages (dev tools, tensorboard, datasets,
+#    a second OpenCV); the offline metrics need only the few listed in pyproject.toml.
+#    Weight-based metrics: add the extra  `pip install -e '.[metrics]'`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${VENV:-.venv}
+PY=${PYTHON:-python3}
+[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+PIP="$VENV/bin/pip"
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+if [ "${SKIP_TORCH:-0}" != 1 ]; then
+  "$PIP" install -q torch==2.14.1 torchvision==0.29.1
+fi
+"$PIP" install -q --no-deps pyiqa==0.1.16
+"$PIP" install -q --no-deps -e .
+# Install the project's own dependency list except pyiqa's (already present, its deps deliberately skipped).
+"$VENV/bin/python" - "$@" <<'PY' > "$VENV/agentic-iqa-requirements.txt"
+import sys, tomllib
+p = tomllib.load(open("pyproject.toml", "rb"))["project"]
+extras = ["dev"] + [a for a in sys.argv[1:]]
+reqs = [r for r in p["dependencies"] if not r.startswith("pyiqa")]
+for e in extras:
+    reqs += p["optional-dependencies"].get(e, [])
+print("\n".join(reqs))
+PY
+"$PIP" install -q -r "$VENV/agentic-iqa-requirements.txt"
+"$VENV/bin/python" -c "import agentic_iqa, iqa_tools, signatures, pyiqa" && echo "agentic-iqa installed in $VENV"
