@@ -19,7 +19,7 @@ def _now() -> datetime:
 class ToolExecutionLog(BaseModel):
     """One run of one IQA tool: what ran, on what, with what result (or why it failed)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", ser_json_inf_nan="strings")  # NaN survives JSON
 
     tool_name: str
     object_name: str = "Global"

@@ -1,0 +1,20 @@
+"""`agentic-iqa` command line. Sub-commands live in sibling modules; heavy imports stay inside commands
+so that `agentic-iqa --help` does not pay for torch, pyiqa or DSPy."""
+from __future__ import annotations
+
+import typer
+
+from agentic_iqa.cli import tools as _tools
+
+app = typer.Typer(
+    name="agentic-iqa",
+    help="Explainable image quality assessment with a planner, an executor and a summarizer over real IQA tools.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(_tools.app, name="tools")
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,20 @@
+"""Shared CLI plumbing: one-line errors and the documented exit codes."""
+from __future__ import annotations
+
+from typing import NoReturn
+
+import typer
+
+# Exit codes (documented in README):
+EXIT_OK = 0
+EXIT_FAILED = 1      # the work ran but could not produce a result (e.g. a tool failed and no fallback ran)
+EXIT_BAD_INPUT = 2   # bad arguments or input: missing/unreadable file, not an image, unknown tool, bad config
+EXIT_PARTIAL = 3     # a batch finished but some items were skipped (each one's reason is recorded)
+
+
+def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
+    """Print one clear line to stderr (no traceback) and exit with `code`."""
+    from rich.console import Console
+
+    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {message}")
+    raise typer.Exit(code)
