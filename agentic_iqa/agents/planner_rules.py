@@ -1,0 +1,132 @@
+"""The Planner's decision made by rules from the query text (DESIGN §3), without a language model.
+
+Used by the offline analyst as its Planner, as the fallback when the VLM planner gives no valid plan,
+and as the reference the planner fixtures and metrics are checked against.
+"""
+from __future__ import annotations
+
+import re
+from typing import Iterable, Optional
+
+from signatures.models import (
+    GLOBAL,
+    PlanControlFlags,
+    PlannerDecision,
+    PlannerOutput,
+    normalize_category,
+)
+
+# Words that name a distortion (or a quality attribute tied to one) -> spec category.
+_DISTORTION_WORDS: list[tuple[str, str]] = [
+    (r"blur\w*|out[- ]of[- ]focus|defocus\w*|motion[- ]blur|smear\w*|fuzzy", "Blurs"),
+    (r"nois\w*|grain\w*|speckle\w*|salt[- ]and[- ]pepper", "Noise"),
+    (r"jpe?g\w*|compress\w*|block\w*|artifact\w*|artefact\w*|pixelat\w*|mosquito", "Compression"),
+    (r"bright\w*|dark\w*|exposure|over-?exposed|under-?exposed|dim|illuminat\w*|lighting", "Brightness change"),
+    (r"contrast\w*|washed[- ]out|flat", "Contrast"),
+    (r"colou?r\w*|saturat\w*|desaturat\w*|hue|tint\w*|cast", "Color distortions"),
+    (r"sharp\w*|halo\w*|over-?sharpen\w*|crisp\w*|detail", "Sharpness"),
+]
+
+# Aesthetic / semantic questions the paper routes to "Other" (no distortion tools apply).
+_OTHER_WORDS = re.compile(
+    r"\b(aesthetic\w*|beaut\w*|pretty|emotion\w*|feel\w*|mood|style|artistic|composition|"
+    r"creative|interesting|memorable|appeal\w*|what (?:is|are) (?:in|shown)|describe the scene|"
+    r"how many|who|caption)\b",
+    re.I,
+)
+
+# Nouns that mean "the picture itself", not a region of it.
+_NOT_REGIONS = {
+    "image", "photo", "photograph", "picture", "pic", "shot", "frame", "quality", "overall", "whole",
+    "entire", "scene", "result", "output", "distortion", "distortions", "main", "most", "level",
+    "following", "options", "reference", "original", "tool", "metric", "score", "answer", "question",
+    "best", "worst", "one", "image's", "photo's", "it",
+} | {w for pat, _ in _DISTORTION_WORDS for w in re.findall(r"[a-z]+", pat)}
+
+_REGION = re.compile(r"\b(?:the|this|that|his|her|their|its|my|our)\s+([a-z][a-z\-]*)(?:'s\s+([a-z][a-z\-]*))?", re.I)
+# Words right after a determiner that are not objects (verbs, adjectives, prepositions, adverbs).
+_NOT_OBJECTS = {
+    "is", "are", "a", "an", "any", "this", "that", "there", "with", "look", "looks", "same", "very", "more",
+    "less", "left", "right", "top", "bottom", "first", "second", "other", "given", "above", "below", "way",
+    "visual", "perceived", "perceptual", "general", "technical", "amount", "degree", "severity", "level",
+}
+_MCQ_OPTION = re.compile(r"(?:^|\s)([A-F])[.)]\s*([^\n]+?)(?=\s+[A-F][.)]\s|$)", re.S)
+
+
+def mcq_options(query: str) -> dict[str, str]:
+    """{'A': 'Yes', 'B': 'No'} for 'Is it blurry? A. Yes B. No'; {} when the query has no options."""
+    found = {m.group(1): m.group(2).strip().rstrip(",;") for m in _MCQ_OPTION.finditer(query)}
+    return found if len(found) >= 2 else {}
+
+
+def _question_part(query: str) -> str:
+    opts = list(_MCQ_OPTION.finditer(query))
+    return query[: opts[0].start()] if len(opts) >= 2 else query
+
+
+def named_distortions(text: str) -> list[str]:
+    found: list[str] = []
+    for pattern, category in _DISTORTION_WORDS:
+        if re.search(rf"\b(?:{pattern})\b", text, re.I) and category not in found:
+            found.append(category)
+    return found
+
+
+def _is_distortion_word(word: str) -> bool:
+    return any(re.fullmatch(pattern, word, re.I) for pattern, _ in _DISTORTION_WORDS)
+
+
+def named_regions(text: str) -> list[str]:
+    """Objects/regions the query is about: 'Is the sky blurry?' -> ['sky']; 'the man's face' -> ['face']."""
+    regions: list[str] = []
+    for m in _REGION.finditer(text):
+        if re.search(r"\bof\s*$", text[: m.start()], re.I):
+            continue  # "the face of the man": the region is the face
+        word = (m.group(2) or m.group(1)).lower()
+        if word in _NOT_REGIONS or word in _NOT_OBJECTS or _OTHER_WORDS.fullmatch(word) or _is_distortion_word(word) or word.endswith("ly"):
+            continue
+        if word not in regions:
+            regions.append(word)
+    return regions
+
+
+def named_tools(text: str, tool_names: Iterable[str]) -> list[str]:
+    """Registry tool names that appear in the query as words ('use TOPIQ_FR', 'with psnr')."""
+    norm = lambda s: re.sub(r"[\W_]+", "", s).lower()  # noqa: E731
+    words = {norm(w) for w in re.findall(r"[A-Za-z0-9][\w\-]*", text)}
+    return [t for t in tool_names if norm(t) in words]
+
+
+def rule_decision(query: str, tool_names: Iterable[str] = ()) -> PlannerDecision:
+    """DESIGN §3's planner, applied to the words of the query."""
+    question = _question_part(query)
+    options = mcq_options(query)
+    distortions = named_distortions(question) + [
+        c for text in options.values() for c in named_distortions(text)
+    ]
+    distortions = list(dict.fromkeys(distortions))
+    tools = named_tools(query, tool_names)
+    regions = named_regions(question)
+    is_other = bool(_OTHER_WORDS.search(question)) and not distortions and not tools
+    query_type = "Other" if is_other else "IQA"
+    scope = regions or [GLOBAL]
+    source = "Explicit" if distortions else "Inferred"
+    flags = PlanControlFlags.from_rules(
+        query_type=query_type, distortion_source=source, region_named=bool(regions), tool_named=bool(tools)
+    )
+    return PlannerDecision(
+        query_type=query_type,
+        query_scope=scope,
+        distortion_source=source,
+        distortions={obj: [normalize_category(d) for d in distortions] for obj in scope} if distortions else None,
+        required_tool=tools or None,
+        plan=flags,
+    )
+
+
+def rule_plan(
+    query: str, *, has_reference: bool, tool_names: Iterable[str] = (), context: Optional[dict] = None
+) -> PlannerOutput:
+    return PlannerOutput.from_decision(
+        rule_decision(query, tool_names), has_reference=has_reference, context=context
+    )

@@ -1,0 +1,186 @@
+"""Configuration: `configs/model_backends.yaml` (an LM per role) and `configs/pipeline.yaml`.
+
+Precedence, lowest to highest: the defaults below (the shipped YAML files repeat them, and a test
+keeps the two equal) < YAML files in the config directory < environment variables < explicit
+arguments (CLI flags, Python API keywords). API keys are never read from files.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal, Optional
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+ROLES = ("planner", "executor", "summarizer")
+
+
+class ConfigError(ValueError):
+    """A configuration file or value is wrong; the message names the file and key."""
+
+
+class RoleLM(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: Optional[str] = None
+    api_base: Optional[str] = None
+    api_key_env: Optional[str] = None
+    temperature: float = 0.0
+    max_tokens: int = 2048
+    logprobs: bool = False
+    num_retries: int = Field(3, ge=0)
+    timeout: float = Field(120, gt=0)
+
+
+class ModelBackends(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    planner: RoleLM = RoleLM()
+    executor: RoleLM = RoleLM()
+    summarizer: RoleLM = RoleLM(logprobs=True)
+
+    def role(self, name: str) -> RoleLM:
+        return getattr(self, name)
+
+    @property
+    def any_model(self) -> bool:
+        return any(self.role(r).model for r in ROLES)
+
+
+class FusionSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    eta: float = Field(1.0, gt=0)
+    prob_mode: Literal["logits", "classification", "uniform"] = "logits"
+
+
+class CacheSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = True
+    dir: Optional[Path] = None
+    max_mb: float = Field(256, gt=0)
+
+
+class ToolSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    device: str = "auto"
+    extra_tables: list[Path] = []
+    weights_dir: Optional[Path] = None
+
+
+class PipelineConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    backend: Literal["auto", "vlm", "offline"] = "auto"
+    max_replan: int = Field(2, ge=0)
+    max_retries: int = Field(3, ge=0)
+    fusion: FusionSettings = FusionSettings()
+    vlm_image_max_side: int = Field(2048, ge=64)
+    max_image_pixels: int = Field(100_000_000, gt=0)
+    max_query_chars: int = Field(2000, gt=0)
+    cache: CacheSettings = CacheSettings()
+    tools: ToolSettings = ToolSettings()
+    programs: dict[str, Path] = {}
+
+
+class Settings(BaseModel):
+    """Everything one assessment needs to know about how to run."""
+
+    backends: ModelBackends = ModelBackends()
+    pipeline: PipelineConfig = PipelineConfig()
+    config_dir: Optional[Path] = None
+
+
+def default_config_dir() -> Optional[Path]:
+    """`AGENTIC_IQA_CONFIG`, else `./configs` when it holds our files, else none (built-in defaults)."""
+    env = os.environ.get("AGENTIC_IQA_CONFIG")
+    if env:
+        return Path(env)
+    here = Path.cwd() / "configs"
+    return here if (here / "pipeline.yaml").is_file() or (here / "model_backends.yaml").is_file() else None
+
+
+def _read_yaml(path: Path) -> dict:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML ({exc.__class__.__name__}: {exc})") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read ({exc.strerror})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of settings at the top level")
+    return data
+
+
+def _validate(model: type[BaseModel], data: dict, path: Path):
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        raise ConfigError(f"{path}: `{where}`: {first['msg']}") from None
+
+
+def _env_overrides(backends: ModelBackends, pipeline: PipelineConfig) -> None:
+    env = os.environ
+    if env.get("AGENTIC_IQA_LM"):
+        for r in ROLES:
+            backends.role(r).model = env["AGENTIC_IQA_LM"]
+    if env.get("AGENTIC_IQA_API_BASE"):
+        for r in ROLES:
+            backends.role(r).api_base = env["AGENTIC_IQA_API_BASE"]
+    if env.get("AGENTIC_IQA_BACKEND"):
+        pipeline.backend = env["AGENTIC_IQA_BACKEND"]  # type: ignore[assignment]
+    if env.get("AGENTIC_IQA_DEVICE"):
+        pipeline.tools.device = env["AGENTIC_IQA_DEVICE"]
+    if env.get("AGENTIC_IQA_CACHE_DIR"):
+        pipeline.cache.dir = Path(env["AGENTIC_IQA_CACHE_DIR"])
+    if env.get("AGENTIC_IQA_PROB_MODE"):
+        pipeline.fusion.prob_mode = env["AGENTIC_IQA_PROB_MODE"]  # type: ignore[assignment]
+
+
+def load_settings(
+    config_dir: Optional[Path | str] = None,
+    *,
+    lm: Optional[str] = None,
+    api_base: Optional[str] = None,
+    backend: Optional[str] = None,
+    **pipeline_overrides,
+) -> Settings:
+    """Read the config directory (or defaults), apply env vars, then explicit overrides."""
+    cdir = Path(config_dir) if config_dir else default_config_dir()
+    backends_data: dict = {}
+    pipeline_data: dict = {}
+    if cdir is not None:
+        if not cdir.is_dir():
+            raise ConfigError(f"config directory {cdir} does not exist; pass a folder holding pipeline.yaml / model_backends.yaml")
+        if (cdir / "model_backends.yaml").is_file():
+            backends_data = _read_yaml(cdir / "model_backends.yaml")
+        if (cdir / "pipeline.yaml").is_file():
+            pipeline_data = _read_yaml(cdir / "pipeline.yaml")
+    backends = _validate(ModelBackends, backends_data, (cdir or Path(".")) / "model_backends.yaml")
+    pipeline = _validate(PipelineConfig, pipeline_data, (cdir or Path(".")) / "pipeline.yaml")
+    # Relative paths in a config file are relative to that file's folder.
+    if cdir is not None:
+        pipeline.programs = {k: (v if v.is_absolute() else cdir / v) for k, v in pipeline.programs.items()}
+        pipeline.tools.extra_tables = [p if p.is_absolute() else cdir / p for p in pipeline.tools.extra_tables]
+    _env_overrides(backends, pipeline)
+    for r in ROLES:
+        if lm:
+            backends.role(r).model = lm
+        if api_base:
+            backends.role(r).api_base = api_base
+    if backend:
+        pipeline.backend = backend  # type: ignore[assignment]
+    try:
+        pipeline = PipelineConfig.model_validate({**pipeline.model_dump(), **pipeline_overrides})
+        backends = ModelBackends.model_validate(backends.model_dump())
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise ConfigError(f"setting `{'.'.join(map(str, first['loc']))}`: {first['msg']}") from None
+    return Settings(backends=backends, pipeline=pipeline, config_dir=cdir)

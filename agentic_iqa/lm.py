@@ -1,0 +1,55 @@
+"""Build one DSPy LM per role from the configuration. Keys come only from the environment."""
+from __future__ import annotations
+
+import os
+
+from agentic_iqa.config import ROLES, ConfigError, ModelBackends, RoleLM
+
+# LiteLLM otherwise tries to download a price list on first use (no network here, and none needed).
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+
+def build_lm(role: RoleLM, role_name: str = "lm"):
+    """A `dspy.LM` for one role, or None when no model is configured for it."""
+    if not role.model:
+        return None
+    import dspy
+
+    kwargs: dict = dict(
+        temperature=role.temperature,
+        max_tokens=role.max_tokens,
+        num_retries=role.num_retries,
+        timeout=role.timeout,
+        cache=False,  # responses (and the images in them) are not kept on disk
+    )
+    if role.api_base:
+        kwargs["api_base"] = role.api_base
+    if role.api_key_env:
+        key = os.environ.get(role.api_key_env)
+        if not key:
+            raise ConfigError(
+                f"{role_name}: api_key_env names ${role.api_key_env}, which is not set; export it first"
+            )
+        kwargs["api_key"] = key
+    elif role.api_base and role.model.startswith("openai/") and not os.environ.get("OPENAI_API_KEY"):
+        # Local OpenAI-compatible servers (vLLM, llama.cpp, ...) usually need no key, but the client wants one.
+        kwargs["api_key"] = "not-needed"
+    if role.logprobs:
+        kwargs.update(logprobs=True, top_logprobs=5)
+    try:
+        return dspy.LM(role.model, **kwargs)
+    except ValueError as exc:
+        raise ConfigError(f"{role_name}: model {role.model!r}: {exc}") from None
+
+
+def build_role_lms(backends: ModelBackends) -> dict:
+    """{role: dspy.LM | None}. Roles sharing identical settings share one LM instance (one client)."""
+    built: dict[str, object] = {}
+    by_settings: dict[str, object] = {}
+    for name in ROLES:
+        role = backends.role(name)
+        key = role.model_dump_json()
+        if key not in by_settings:
+            by_settings[key] = build_lm(role, name)
+        built[name] = by_settings[key]
+    return built
