@@ -1,0 +1,1 @@
+"""Benchmarks: the synthetic KADID-style generator, the manifest format and the evaluation metrics."""

@@ -1,0 +1,232 @@
+"""The benchmark manifest: one JSON object per line, describing one image to assess.
+
+Fields (``ManifestRow``):
+
+``id``         unique row id (string).
+``image``      path of the image to assess, relative to the manifest file (absolute paths also work).
+``reference``  path of its pristine reference, relative to the manifest, or null (NR-only datasets).
+``type``       distortion type, a KADID-10k style name (``KNOWN_TYPES``), or null when a dataset has
+               no types (authentic or AI-generated images).
+``category``   spec distortion category of ``type`` (one of ``CATEGORIES``), or null when the type has
+               none (KADID's "spatial" family). Filled in from ``type`` when omitted.
+``level``      1..5, higher = stronger distortion (worse), or null for MOS-only datasets.
+``mos``        a subjective score when the dataset has one (null for the synthetic set).
+``mos_higher_better``  direction of ``mos`` (true for MOS, false for DMOS-as-difference scales).
+``split``      "train" or "test" (fixed by reference image; see ``agentic_iqa.bench.synth``).
+``source``     name of the reference/content the row derives from; rows with the same source and type
+               form one intra-group (level-vs-score) group.
+``question``, ``options`` (letter -> text), ``answer`` (a letter): optional multiple-choice question.
+
+Every row needs something to be scored against: a level, a MOS, or an answer.
+
+How public datasets map onto it (converted on the user's machine; nothing is downloaded here):
+
+* KADID-10k: ``dmos.csv`` (dist_img, ref_img, dmos, var); ``I01_03_05.png`` = reference 01, type 3
+  (motion blur), level 5. ``kadid_to_manifest`` converts it; ``dmos`` goes to ``mos`` (it is a MOS-like
+  1-5 scale, higher is better despite the name).
+* TID2013: ``mos_with_names.txt`` lines "5.51 i01_08_3.bmp" = reference 01, type 8, level 3; the 24 TID
+  types map to KADID-style names (e.g. 8 "gaussian blur", 10 "jpeg", 11 "jpeg2000"), ``mos`` = MOS.
+* BID (blurred image database): one row per image, ``reference`` null, ``type`` null, ``category``
+  "Blurs", ``mos`` = the MOS; no level, so only SRCC/KRCC/PLCC apply.
+* AGIQA-3K: one row per generated image, ``reference``/``type``/``category``/``level`` null,
+  ``mos`` = ``mos_quality``.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+
+CATEGORIES = ("Blurs", "Color distortions", "Compression", "Noise", "Brightness change",
+              "Sharpness", "Contrast")
+Category = Literal["Blurs", "Color distortions", "Compression", "Noise", "Brightness change",
+                   "Sharpness", "Contrast"]
+
+# KADID-10k's 25 types in its own numbering (type index = position + 1), with the spec category each
+# belongs to. KADID's "spatial distortions" family has no spec category, so those map to None.
+KADID_TYPES: dict[str, Optional[str]] = {
+    "gaussian blur": "Blurs", "lens blur": "Blurs", "motion blur": "Blurs",
+    "color diffusion": "Color distortions", "color shift": "Color distortions",
+    "color quantization": "Color distortions", "color saturation 1": "Color distortions",
+    "color saturation 2": "Color distortions",
+    "jpeg2000": "Compression", "jpeg": "Compression",
+    "white noise": "Noise", "white noise in color component": "Noise", "impulse noise": "Noise",
+    "multiplicative noise": "Noise", "denoise": "Noise",
+    "brighten": "Brightness change", "darken": "Brightness change", "mean shift": "Brightness change",
+    "jitter": None, "non-eccentricity patch": None, "pixelate": None, "quantization": None,
+    "color block": None,
+    "high sharpen": "Sharpness", "contrast change": "Contrast",
+}
+# Types of ours that KADID lacks: a monotone version of "contrast change" (KADID's goes both ways).
+EXTRA_TYPES: dict[str, Optional[str]] = {"contrast decrease": "Contrast"}
+KNOWN_TYPES: dict[str, Optional[str]] = {**KADID_TYPES, **EXTRA_TYPES}
+
+# KADID puts the unchanged image at level 3 of these two, so quality is not monotone in level
+# (DESIGN §7): intra-group SRCC must skip them.
+NON_MONOTONE_TYPES = frozenset({"mean shift", "contrast change"})
+
+
+class ManifestRow(BaseModel):
+    """One benchmark item; see the module docstring for the meaning of each field."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(min_length=1)
+    image: str = Field(min_length=1)
+    reference: Optional[str] = None
+    type: Optional[str] = None
+    category: Optional[Category] = None
+    level: Optional[int] = Field(None, ge=1, le=5)
+    mos: Optional[float] = None
+    mos_higher_better: bool = True
+    split: Literal["train", "test"] = "test"
+    source: Optional[str] = None
+    question: Optional[str] = None
+    options: Optional[dict[str, str]] = None
+    answer: Optional[str] = None
+
+    _base: Path = PrivateAttr(default_factory=Path)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "ManifestRow":
+        if self.type is not None:
+            if self.type not in KNOWN_TYPES:
+                raise ValueError(f"unknown distortion type {self.type!r}")
+            expected = KNOWN_TYPES[self.type]
+            if self.category is None:
+                self.category = expected
+            elif expected is not None and self.category != expected:
+                raise ValueError(f"type {self.type!r} belongs to {expected!r}, not {self.category!r}")
+        if (self.question is None) != (self.answer is None):
+            raise ValueError("question and answer go together")
+        if self.answer is not None and self.options is not None and self.answer not in self.options:
+            raise ValueError(f"answer {self.answer!r} is not one of the options {sorted(self.options)}")
+        if self.level is None and self.mos is None and self.answer is None:
+            raise ValueError("row has nothing to score against (needs level, mos or answer)")
+        return self
+
+    @property
+    def image_path(self) -> Path:
+        return self._base / self.image
+
+    @property
+    def reference_path(self) -> Optional[Path]:
+        return None if self.reference is None else self._base / self.reference
+
+    @property
+    def group(self) -> tuple:
+        """Intra-group key: same content and same distortion type."""
+        return (self.source or self.reference or self.id, self.type)
+
+
+@dataclass(frozen=True)
+class ManifestProblem:
+    line: int
+    message: str
+    row_id: Optional[str] = None
+
+    def __str__(self) -> str:
+        who = f" ({self.row_id})" if self.row_id else ""
+        return f"line {self.line}{who}: {self.message}"
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err["loc"])
+    msg = err["msg"].removeprefix("Value error, ")
+    return f"{where}: {msg}" if where else msg
+
+
+def read_manifest(path: str | Path, check_files: bool = True) -> tuple[list[ManifestRow], list[ManifestProblem]]:
+    """Parse a JSONL manifest. Broken rows are skipped and reported with their 1-based line number,
+    so one bad line never stops a run. Blank lines and lines starting with '#' are ignored."""
+    path = Path(path)
+    base = path.parent
+    rows: list[ManifestRow] = []
+    problems: list[ManifestProblem] = []
+    seen: set[str] = set()
+    with path.open(encoding="utf-8") as fh:
+        for lineno, text in enumerate(fh, start=1):
+            text = text.strip()
+            if not text or text.startswith("#"):
+                continue
+            try:
+                data = json.loads(text)
+            except json.JSONDecodeError as exc:
+                problems.append(ManifestProblem(lineno, f"bad JSON: {exc.msg} at column {exc.colno}"))
+                continue
+            row_id = data.get("id") if isinstance(data, dict) else None
+            if not isinstance(data, dict):
+                problems.append(ManifestProblem(lineno, "a row must be a JSON object"))
+                continue
+            try:
+                row = ManifestRow.model_validate(data)
+            except ValidationError as exc:
+                problems.append(ManifestProblem(lineno, _first_error(exc), row_id))
+                continue
+            row._base = base
+            problem = _file_problem(row) if check_files else None
+            if row.id in seen:
+                problem = f"duplicate id {row.id!r}"
+            if problem:
+                problems.append(ManifestProblem(lineno, problem, row.id))
+                continue
+            seen.add(row.id)
+            rows.append(row)
+    return rows, problems
+
+
+def _file_problem(row: ManifestRow) -> Optional[str]:
+    if not row.image_path.is_file():
+        return f"missing image file {row.image}"
+    if row.reference_path is not None and not row.reference_path.is_file():
+        return f"missing reference file {row.reference}"
+    return None
+
+
+def write_manifest(rows: Iterable[ManifestRow], path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as fh:
+        for row in rows:
+            fh.write(row.model_dump_json(exclude_none=True) + "\n")
+    return path
+
+
+_KADID_NAME = re.compile(r"^I(\d+)_(\d+)_(\d+)\.\w+$", re.IGNORECASE)
+
+
+def kadid_to_manifest(csv_path: str | Path, out_path: str | Path | None = None,
+                      image_dir: str = "images", test_refs: Iterable[int] = range(62, 82)) -> Path:
+    """Convert KADID-10k's ``dmos.csv`` into a manifest next to it (default ``manifest.jsonl``).
+
+    Image paths are ``image_dir/<file>`` relative to the CSV's folder (KADID ships them in ``images/``).
+    KADID's 81 references are split by index: ``test_refs`` (default 62..81) → "test", others "train".
+    """
+    csv_path = Path(csv_path)
+    out_path = Path(out_path) if out_path else csv_path.with_name("manifest.jsonl")
+    names = list(KADID_TYPES)
+    test = set(test_refs)
+    image_root = csv_path.parent.resolve() / image_dir
+
+    def rel(name: str) -> str:  # image paths are stored relative to the manifest's folder
+        return os.path.relpath(image_root / name, out_path.parent.resolve())
+
+    rows = []
+    with csv_path.open(newline="", encoding="utf-8") as fh:
+        for rec in csv.DictReader(fh):
+            match = _KADID_NAME.match(rec["dist_img"].strip())
+            if not match:
+                raise ValueError(f"unexpected KADID image name {rec['dist_img']!r}")
+            ref, typ, level = (int(g) for g in match.groups())
+            rows.append(ManifestRow(
+                id=Path(rec["dist_img"]).stem, image=rel(rec["dist_img"].strip()),
+                reference=rel(rec["ref_img"].strip()), type=names[typ - 1], level=level,
+                mos=float(rec["dmos"]), split="test" if ref in test else "train", source=f"I{ref:02d}"))
+    return write_manifest(rows, out_path)
