@@ -1,0 +1,20 @@
+"""agentic-iqa: explainable image quality assessment (Planner → Executor → Summarizer over real IQA tools).
+
+    from agentic_iqa import assess
+    result = assess("photo.jpg", query="Rate the quality of this photo")
+    print(result.score, result.level, result.answer)
+
+Names are imported lazily so that `import agentic_iqa` (and the CLI's --help) stays fast.
+"""
+from __future__ import annotations
+
+__version__ = "0.1.0"
+__all__ = ["assess", "assess_async", "Assessor", "AssessmentResult", "__version__"]
+
+
+def __getattr__(name: str):
+    if name in {"assess", "assess_async", "Assessor", "AssessmentResult"}:
+        from agentic_iqa import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'agentic_iqa' has no attribute {name!r}")

@@ -50,6 +50,7 @@ class AgenticIQAState(TypedDict):
     executor_evidence: NotRequired[ExecutorOutput]
     summarizer_result: NotRequired[SummarizerOutput]
     replans: NotRequired[int]            # Planner re-runs so far
+    replan_requested: NotRequired[bool]  # the last Summarizer pass sends the flow back to the Planner
     replan_reason: NotRequired[Optional[str]]
 
 

@@ -1,0 +1,251 @@
+"""Python API: `assess(...)`, `assess_async(...)` and the reusable `Assessor`.
+
+An `Assessor` holds what is expensive to build — the tool registry (metrics created once), the LMs
+(one HTTP client each), the compiled graph — and reuses it for every assessment. `assess()` keeps one
+per configuration, so repeated calls in a process pay the set-up once. DSPy's global settings are
+never changed: each role's LM is applied with `dspy.context`.
+"""
+from __future__ import annotations
+
+import asyncio
+import re
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Literal, Optional
+
+from pydantic import BaseModel
+
+from agentic_iqa.config import ConfigError, Settings, load_settings
+from agentic_iqa.state import ExecutorOutput, PlannerOutput, SummarizerOutput, Trace, TraceEvent
+
+DEFAULT_SCORING_QUERY = "Rate the overall quality of this image."
+_RATING = re.compile(r"\b(rate|rating|score|grade|assess|evaluate|quality|how good|how bad)\b", re.I)
+_YES_NO = re.compile(r"^\s*(is|are|does|do|can|could|was|were|has|have|which|what|where|why|how (?!good|bad))\b", re.I)
+
+
+class AssessmentResult(BaseModel):
+    """The answer plus everything needed to explain and audit it."""
+
+    query: str
+    image: str
+    reference: Optional[str] = None
+    mode: Literal["score", "answer"]
+    backend: str                         # who answered: "vlm (openai/gpt-4o)", "offline analyst", ...
+    result: SummarizerOutput
+    plan: Optional[PlannerOutput] = None
+    evidence: Optional[ExecutorOutput] = None
+    replans: int = 0
+    timings: dict[str, float] = {}
+    total_seconds: float = 0.0
+    lm_calls: int = 0
+    retries: int = 0
+    fallbacks: list[str] = []
+    notes: list[str] = []
+    trace: list[TraceEvent] = []
+
+    # Shortcuts for the common questions.
+    @property
+    def score(self) -> Optional[float]:
+        return self.result.score
+
+    @property
+    def level(self) -> Optional[str]:
+        return self.result.level
+
+    @property
+    def answer(self) -> str:
+        return self.result.final_answer
+
+
+def decide_mode(query: str) -> Literal["score", "answer"]:
+    """Scoring (level A–E + fused score) for rating requests; explanation/QA for questions and options."""
+    from agentic_iqa.agents.planner_rules import mcq_options
+
+    if mcq_options(query):
+        return "answer"
+    if _RATING.search(query) and not _YES_NO.match(query):
+        return "score"
+    return "answer"
+
+
+def prepare_query(query: Optional[str], max_chars: int) -> tuple[str, list[str]]:
+    notes = []
+    text = (query or "").strip()
+    if not text:
+        notes.append(f"no query given: using the scoring query {DEFAULT_SCORING_QUERY!r}")
+        text = DEFAULT_SCORING_QUERY
+    if len(text) > max_chars:
+        notes.append(f"query truncated from {len(text)} to {max_chars} characters (pipeline.max_query_chars)")
+        text = text[:max_chars]
+    return text, notes
+
+
+class Assessor:
+    """Reusable assessment engine for one configuration."""
+
+    def __init__(self, settings: Optional[Settings] = None, *, registry: Any = None, roles: Any = None):
+        self.settings = settings or load_settings()
+        self._registry = registry
+        self._roles = roles
+        self._graph = None
+        self._lock = threading.Lock()
+
+    # Built lazily: `Assessor()` is cheap; the first assessment pays for torch/pyiqa/DSPy imports.
+    @property
+    def registry(self):
+        if self._registry is None:
+            from iqa_tools import ToolRegistry
+
+            p = self.settings.pipeline
+            self._registry = ToolRegistry(
+                table_paths=p.tools.extra_tables or None,
+                device=p.tools.device,
+                cache=None if p.cache.enabled else False,
+                weights_dir=p.tools.weights_dir,
+                **({"cache_dir": p.cache.dir, "cache_max_mb": p.cache.max_mb} if _accepts_cache_opts() else {}),
+            )
+        return self._registry
+
+    @property
+    def roles(self):
+        with self._lock:
+            if self._roles is None:
+                self._roles = make_roles(self.settings)
+            return self._roles
+
+    @property
+    def graph(self):
+        with self._lock:
+            if self._graph is None:
+                from agentic_iqa.graph import build_graph
+
+                roles = self._roles if self._roles is not None else None
+                if roles is None:
+                    self._roles = roles = make_roles(self.settings)
+                self._graph = build_graph(roles)
+            return self._graph
+
+    def assess(
+        self,
+        image: str | Path,
+        query: Optional[str] = None,
+        reference: Optional[str | Path] = None,
+        *,
+        mode: Literal["auto", "score", "answer"] = "auto",
+        use_cache: bool = True,
+        on_event: Optional[Callable[[dict], None]] = None,
+    ) -> AssessmentResult:
+        from agentic_iqa.agents.context import AssessmentContext
+        from iqa_tools import load_image
+
+        t0 = time.perf_counter()
+        p = self.settings.pipeline
+        text, notes = prepare_query(query, p.max_query_chars)
+        image_path = Path(image)
+        reference_path = Path(reference) if reference is not None else None
+        # Validate inputs up front: a clear error before any LM call is spent.
+        loaded = load_image(image_path, max_pixels=p.max_image_pixels)
+        notes += list(getattr(loaded, "notes", []) or [])
+        if reference_path is not None:
+            ref = load_image(reference_path, max_pixels=p.max_image_pixels)
+            notes += [f"reference: {n}" for n in (getattr(ref, "notes", []) or [])]
+        graph = self.graph
+        ctx = AssessmentContext(
+            query=text,
+            image_path=image_path,
+            reference_path=reference_path,
+            registry=self.registry,
+            settings=self.settings,
+            trace=Trace(),
+            scoring=(decide_mode(text) if mode == "auto" else mode) == "score",
+            use_cache=use_cache,
+            emit=on_event or (lambda e: None),
+        )
+        for n in notes:
+            ctx.trace.add("input", "note", n)
+        state = {"query": text, "image_path": str(image_path), "reference_path": str(reference_path) if reference_path else None}
+        final = graph.invoke(state, config={"configurable": {"ctx": ctx}, "recursion_limit": 50})
+        tr = ctx.trace
+        backend = self.roles.name if not ctx.memo.get("lm_unreachable") else f"offline analyst (LM unreachable: {ctx.memo['lm_unreachable']})"
+        return AssessmentResult(
+            query=text,
+            image=str(image_path),
+            reference=str(reference_path) if reference_path else None,
+            mode="score" if ctx.scoring else "answer",
+            backend=backend,
+            result=final["summarizer_result"],
+            plan=final.get("plan"),
+            evidence=final.get("executor_evidence"),
+            replans=final.get("replans", 0),
+            timings={k: round(v, 4) for k, v in tr.timings.items()},
+            total_seconds=round(time.perf_counter() - t0, 4),
+            lm_calls=tr.lm_calls,
+            retries=tr.retries,
+            fallbacks=tr.fallbacks,
+            notes=tr.notes,
+            trace=tr.events,
+        )
+
+    async def assess_async(self, image, query=None, reference=None, **kw) -> AssessmentResult:
+        """Concurrent-friendly variant: the assessment runs in a worker thread (LM calls are I/O-bound)."""
+        return await asyncio.to_thread(self.assess, image, query, reference, **kw)
+
+
+def _accepts_cache_opts() -> bool:
+    import inspect
+
+    from iqa_tools import ToolRegistry
+
+    params = inspect.signature(ToolRegistry.__init__).parameters
+    return "cache_dir" in params and "cache_max_mb" in params
+
+
+def make_roles(settings: Settings):
+    """VLM roles when a model is configured (with the offline analyst as their fallback), else the analyst."""
+    from agentic_iqa.offline.analyst import OfflineRoles
+
+    backend = settings.pipeline.backend
+    if backend == "offline" or (backend == "auto" and not settings.backends.any_model):
+        return OfflineRoles()
+    if not settings.backends.any_model:
+        raise ConfigError("backend is 'vlm' but no model is configured: pass --lm MODEL or set configs/model_backends.yaml")
+    from agentic_iqa.agents.vlm import VLMRoles
+
+    return VLMRoles(settings, offline=OfflineRoles())
+
+
+_assessors: dict[str, Assessor] = {}
+_assessors_lock = threading.Lock()
+
+
+def get_assessor(config: Optional[str | Path] = None, lm: Optional[str] = None, **overrides) -> Assessor:
+    """The shared Assessor for this configuration (built once per process)."""
+    settings = load_settings(config, lm=lm, **overrides)
+    key = settings.model_dump_json()
+    with _assessors_lock:
+        if key not in _assessors:
+            _assessors[key] = Assessor(settings)
+        return _assessors[key]
+
+
+def assess(
+    image: str | Path,
+    query: Optional[str] = None,
+    reference: Optional[str | Path] = None,
+    lm: Optional[str] = None,
+    config: Optional[str | Path] = None,
+    **kw,
+) -> AssessmentResult:
+    """Assess one image. `lm` is a DSPy model string for all roles (None: configured LM, else offline).
+
+    >>> r = assess("photo.jpg")                       # doctest: +SKIP
+    >>> r.score, r.level, r.answer                    # doctest: +SKIP
+    """
+    settings_kw = {k: kw.pop(k) for k in ("api_base", "backend") if k in kw}
+    return get_assessor(config, lm, **settings_kw).assess(image, query, reference, **kw)
+
+
+async def assess_async(image, query=None, reference=None, lm=None, config=None, **kw) -> AssessmentResult:
+    settings_kw = {k: kw.pop(k) for k in ("api_base", "backend") if k in kw}
+    return await get_assessor(config, lm, **settings_kw).assess_async(image, query, reference, **kw)

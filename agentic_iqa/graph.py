@@ -1,0 +1,226 @@
+"""The LangGraph graph: planner → executor (detect → {analyze ‖ select → execute} → evidence) →
+summarizer → planner again if the Summarizer asks for a replan (at most `max_replan` times).
+
+Distortion analysis and tool selection/execution only need the distortion set, so they run in
+parallel branches: an assessment's critical path is four LM calls (plan, detect, select, summarize).
+Every node is wrapped the same way: timing, progress events, and the spec's failure rules (a failing
+executor subtask leaves its field null and never fails the executor; an unreachable LM hands the
+rest of the assessment to the offline analyst).
+"""
+from __future__ import annotations
+
+import logging
+import re
+import time
+from typing import Callable, Optional
+
+from langgraph.graph import END, START, StateGraph
+
+from agentic_iqa.agents.context import AssessmentContext, Roles
+from agentic_iqa.agents.planner_rules import rule_plan
+from agentic_iqa.agents.tool_execution import execute_tools, required_tool_assignments
+from agentic_iqa.state import AgenticIQAState
+from signatures.models import GLOBAL, OVERALL, ExecutorOutput, PlannerOutput
+
+log = logging.getLogger("agentic_iqa.graph")
+
+_UNREACHABLE = re.compile(r"connect|timed? ?out|timeout|unreachable|name resolution|refused|service unavailable", re.I)
+
+
+def lm_unreachable(exc: BaseException) -> bool:
+    """True for failures of the LM *connection* (as opposed to bad output): refused, DNS, timeouts, 5xx after retries."""
+    names = " ".join(c.__name__ for c in type(exc).__mro__)
+    return bool(_UNREACHABLE.search(names) or _UNREACHABLE.search(str(exc)[:500]))
+
+
+def _ctx(config) -> AssessmentContext:
+    return config["configurable"]["ctx"]
+
+
+def _roles(ctx: AssessmentContext, roles: Roles) -> Roles:
+    """The roles to use now: the offline analyst once the LM was found unreachable in this assessment."""
+    if ctx.memo.get("lm_unreachable") and getattr(roles, "offline", None) is not None:
+        return roles.offline  # type: ignore[attr-defined]
+    return roles
+
+
+def _stage(name: str, roles: Roles, body: Callable, on_error: Callable):
+    """Wrap a node body with timing, progress events and failure handling."""
+
+    def node(state: AgenticIQAState, config) -> dict:
+        ctx = _ctx(config)
+        ctx.emit({"stage": name, "event": "start"})
+        t0 = time.perf_counter()
+        try:
+            out = body(state, ctx, _roles(ctx, roles))
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a recorded degradation
+            if lm_unreachable(exc) and getattr(roles, "offline", None) is not None and not ctx.memo.get("lm_unreachable"):
+                ctx.memo["lm_unreachable"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+                ctx.trace.add(name, "fallback", f"LM unreachable ({ctx.memo['lm_unreachable']}); offline analyst answers")
+                try:
+                    out = body(state, ctx, roles.offline)  # type: ignore[attr-defined]
+                except Exception as exc2:  # noqa: BLE001
+                    out = on_error(state, ctx, exc2)
+            else:
+                out = on_error(state, ctx, exc)
+        dt = time.perf_counter() - t0
+        ctx.trace.add(name, "end", seconds=dt)
+        ctx.emit({"stage": name, "event": "end", "seconds": dt})
+        return out
+
+    node.__name__ = name
+    return node
+
+
+def _error(stage: str, ctx: AssessmentContext, exc: BaseException) -> None:
+    msg = f"{type(exc).__name__}: {exc}"
+    log.warning("%s failed: %s", stage, msg)
+    ctx.trace.add(stage, "error", msg[:1000])
+
+
+# ── node bodies ────────────────────────────────────────────────────────────────────────────────
+
+
+def _plan(state, ctx, roles):
+    plan = roles.plan(ctx, state.get("replan_reason"))
+    ctx.emit({"stage": "planner", "event": "plan", "plan": plan.model_dump()})
+    return {"plan": plan, "distortion_set": None, "distortion_analysis": None, "selected_tools": None, "tool_logs": []}
+
+
+def _plan_failed(state, ctx, exc):
+    _error("planner", ctx, exc)
+    plan = rule_plan(ctx.query, has_reference=ctx.has_reference, tool_names=ctx.known_tools())
+    ctx.trace.add("planner", "fallback", "no valid plan from the model; rule-based plan used")
+    return {"plan": plan, "distortion_set": None, "distortion_analysis": None, "selected_tools": None, "tool_logs": []}
+
+
+def _detect(state, ctx, roles):
+    plan: PlannerOutput = state["plan"]
+    if plan.plan.distortion_detection:
+        found = roles.detect(ctx, plan)
+    else:
+        found = plan.distortions  # explicit distortions named by the query (or none)
+    return {"distortion_set": found}
+
+
+def _analyze(state, ctx, roles):
+    plan: PlannerOutput = state["plan"]
+    if not plan.plan.distortion_analysis:
+        return {"distortion_analysis": None}
+    return {"distortion_analysis": roles.analyze(ctx, plan, state.get("distortion_set"))}
+
+
+def default_tools(ctx: AssessmentContext, distortion_set: Optional[dict[str, list[str]]]) -> dict[str, dict[str, str]]:
+    """Spec 000's fallback assignment: TOPIQ_FR (FR) or QAlign (NR), or the best tool that runs here."""
+    mode = "FR" if ctx.has_reference else "NR"
+    preferred = "TOPIQ_FR" if mode == "FR" else "QAlign"
+    ok, _ = ctx.registry.availability(preferred)
+    if not ok:
+        candidates = ctx.registry.available_tools(mode)
+        if not candidates:
+            return {}
+        preferred = candidates[0].name
+    targets = distortion_set or {GLOBAL: [OVERALL]}
+    return {obj: {d: preferred for d in (dists or [OVERALL])} for obj, dists in targets.items()}
+
+
+def _select_and_execute(state, ctx, roles):
+    plan: PlannerOutput = state["plan"]
+    dset = state.get("distortion_set")
+    selected = None
+    if plan.plan.tool_selection:
+        t0 = time.perf_counter()
+        try:
+            selected = roles.select(ctx, plan, dset)
+        except Exception as exc:  # noqa: BLE001
+            if lm_unreachable(exc) and getattr(roles, "offline", None) is not None:
+                raise
+            _error("select", ctx, exc)
+        if not selected and plan.plan.tool_execution:
+            selected = default_tools(ctx, dset)
+            ctx.trace.add("select", "fallback", f"no valid tool selection; generic tools used: {selected}")
+        ctx.trace.add("select", "end", seconds=time.perf_counter() - t0)
+    elif plan.plan.tool_execution and plan.required_tool:
+        selected = required_tool_assignments(plan, dset)
+    elif plan.plan.tool_execution:
+        selected = default_tools(ctx, dset)
+    out = {"selected_tools": selected or None, "tool_logs": []}
+    if plan.plan.tool_execution and selected:
+        ctx.emit({"stage": "execute", "event": "start"})
+        t0 = time.perf_counter()
+        logs, _ = execute_tools(ctx, selected)
+        ctx.trace.add("execute", "end", seconds=time.perf_counter() - t0)
+        out["tool_logs"] = logs
+    return out
+
+
+def _evidence(state, ctx, roles):
+    logs = state.get("tool_logs") or []
+    scores: dict[str, dict[str, tuple[str, float]]] = {}
+    for lg in logs:
+        if lg.ok:
+            scores.setdefault(lg.object_name, {})[lg.distortion] = (lg.tool_name, lg.normalized_score)
+    evidence = ExecutorOutput(
+        distortion_set=state.get("distortion_set"),
+        distortion_analysis=state.get("distortion_analysis"),
+        selected_tools=state.get("selected_tools"),
+        quality_scores=scores or None,
+        tool_logs=logs,
+    )
+    return {"executor_evidence": evidence}
+
+
+def _summarize(state, ctx, roles):
+    plan: PlannerOutput = state["plan"]
+    result = roles.summarize(ctx, plan, state["executor_evidence"])
+    replans = state.get("replans", 0)
+    if result.need_replan and not plan.plan.tool_execution and re.search(r"tool|score", result.replan_reason or "", re.I):
+        # The plan ran no tools on purpose (region-scoped or "Other" query): not a reason to replan.
+        ctx.trace.add("summarizer", "note", f"replan request ignored (plan runs no tools by design): {result.replan_reason}")
+        result = result.model_copy(update={"need_replan": False})
+    will_replan = result.need_replan and replans < ctx.settings.pipeline.max_replan
+    update = {"summarizer_result": result, "replan_requested": will_replan}
+    if will_replan:
+        update["replans"] = replans + 1
+        update["replan_reason"] = result.replan_reason or "the evidence was insufficient"
+        ctx.trace.add("summarizer", "note", f"replan {replans + 1}: {update['replan_reason']}")
+    return update
+
+
+def _summary_failed(state, ctx, exc):
+    _error("summarizer", ctx, exc)
+    from agentic_iqa.offline.analyst import OfflineRoles
+
+    ctx.trace.add("summarizer", "fallback", "no valid summary from the model; the offline analyst summarized the evidence")
+    return {"summarizer_result": OfflineRoles().summarize(ctx, state["plan"], state["executor_evidence"])}
+
+
+def _null(key: str, stage: str):
+    def on_error(state, ctx, exc):
+        _error(stage, ctx, exc)
+        return {key: None}
+
+    return on_error
+
+
+def _route(state: AgenticIQAState) -> str:
+    return "planner" if state.get("replan_requested") else END
+
+
+def build_graph(roles: Roles):
+    """Compile the assessment graph for one set of roles (reuse the compiled graph across assessments)."""
+    g = StateGraph(AgenticIQAState)
+    g.add_node("planner", _stage("planner", roles, _plan, _plan_failed))
+    g.add_node("detect", _stage("detect", roles, _detect, _null("distortion_set", "detect")))
+    g.add_node("analyze", _stage("analyze", roles, _analyze, _null("distortion_analysis", "analyze")))
+    g.add_node("select_execute", _stage("select_execute", roles, _select_and_execute, _null("selected_tools", "select")))
+    g.add_node("evidence", _stage("evidence", roles, _evidence, _null("executor_evidence", "evidence")))
+    g.add_node("summarizer", _stage("summarizer", roles, _summarize, _summary_failed))
+    g.add_edge(START, "planner")
+    g.add_edge("planner", "detect")
+    g.add_edge("detect", "analyze")
+    g.add_edge("detect", "select_execute")
+    g.add_edge(["analyze", "select_execute"], "evidence")
+    g.add_edge("evidence", "summarizer")
+    g.add_conditional_edges("summarizer", _route, {"planner": "planner", END: END})
+    return g.compile()
