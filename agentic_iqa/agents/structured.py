@@ -1,0 +1,235 @@
+"""Structured prediction with retry-and-feedback (spec 000: "retry up to 3 times with stricter prompt").
+
+DSPy's JSONAdapter parses the reply into the signature's Pydantic types and raises AdapterParseError
+when the reply is not JSON, lacks a field, or violates a type; it does not retry. `StructuredPredict`
+does: it feeds the error back to the model together with a stricter instruction and tries again, up to
+`max_retries` more times, then gives up and returns no prediction (callers set the field to null and
+log, as the spec says). An optional `validate` callback adds checks the types cannot express (unknown
+tool names, an analysis that does not match the distortion set).
+
+How the feedback travels: the retry uses the same Predict (so compiled demos and instructions are kept)
+with a signature whose instructions gain the error and "Return ONLY valid JSON ..." (Predict accepts a
+per-call `signature=`). The fields stay the same, so demos remain complete examples and the reply is
+parsed exactly as before.
+
+The adapter is set per call with `dspy.context(adapter=...)`, never with the process-global
+`dspy.configure`. Works sync (`module(**inputs)`) and async (`await module.acall(**inputs)`).
+"""
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import dspy
+import pydantic
+from dspy.utils.exceptions import AdapterParseError
+
+__all__ = ["StructuredPredict", "StructuredResult", "StructuredJSONAdapter", "STRICT_INSTRUCTION", "describe_error"]
+
+logger = logging.getLogger("agentic_iqa.agents.structured")
+
+STRICT_INSTRUCTION = (
+    "Return ONLY valid JSON matching the schema: one JSON object with exactly the fields {fields}, in that "
+    "order, each value of the type and allowed values stated above. No prose, no Markdown code fences."
+)
+_MAX_ECHO = 600  # characters of the rejected reply quoted back to the model
+
+Validator = Callable[[dspy.Prediction], Optional[dspy.Prediction]]
+
+
+@dataclass
+class StructuredResult:
+    """What one StructuredPredict call produced."""
+
+    prediction: Optional[dspy.Prediction]  # None when every attempt failed
+    attempts: int  # LM calls made (1 + retries)
+    errors: list[str] = field(default_factory=list)  # one per failed attempt, in order
+    signature_name: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.prediction is not None
+
+    @property
+    def retries(self) -> int:
+        return max(0, self.attempts - 1)
+
+    @property
+    def lm_calls(self) -> int:
+        return self.attempts
+
+
+def _has_open_mapping(schema: Any) -> bool:
+    """True if a JSON schema contains an object with free-form keys (a dict field)."""
+    if isinstance(schema, dict):
+        extra = schema.get("additionalProperties")
+        if isinstance(extra, dict) or extra is True:
+            return True
+        if schema.get("type") == "object" and "properties" not in schema:
+            return True
+        return any(_has_open_mapping(v) for v in schema.values())
+    if isinstance(schema, list):
+        return any(_has_open_mapping(v) for v in schema)
+    return False
+
+
+def _signature_has_open_mapping(signature: type[dspy.Signature]) -> bool:
+    for info in signature.output_fields.values():
+        try:
+            schema = pydantic.TypeAdapter(info.annotation).json_schema()
+        except Exception:
+            continue
+        if _has_open_mapping(schema):
+            return True
+    return False
+
+
+class StructuredJSONAdapter(dspy.JSONAdapter):
+    """JSONAdapter that asks for plain JSON mode when an output has free-form keys.
+
+    Our outputs are keyed by object names and distortion types ({"sky": ["Blurs"]}). DSPy 3.4 turns
+    nested dicts into strict Structured Outputs schemas with `additionalProperties: false` and no
+    properties, which only admits `{}` (or is refused by the provider). For such signatures we request
+    `{"type": "json_object"}` instead; signatures without dicts keep DSPy's structured schema.
+    """
+
+    def _prepare_response_format(self, lm, lm_kwargs, signature):
+        super()._prepare_response_format(lm, lm_kwargs, signature)
+        fmt = lm_kwargs.get("response_format")
+        if fmt is not None and not isinstance(fmt, dict) and _signature_has_open_mapping(signature):
+            lm_kwargs["response_format"] = {"type": "json_object"}
+
+
+def _clean(text: str) -> str:
+    # Pydantic's "For further information visit https://errors.pydantic.dev/..." lines help humans, not the VLM.
+    lines = [ln for ln in text.splitlines() if not ln.strip().startswith("For further information")]
+    return "\n".join(lines).strip()
+
+
+def _excerpt(text: Any) -> str:
+    text = "" if text is None else str(text)
+    return text if len(text) <= _MAX_ECHO else text[:_MAX_ECHO] + f"… [{len(text) - _MAX_ECHO} more characters]"
+
+
+def describe_error(exc: BaseException) -> str:
+    """A short, model-readable account of why a reply was rejected."""
+    if isinstance(exc, AdapterParseError):
+        marker = f"Adapter {exc.adapter_name} failed to parse"
+        reason = _clean(str(exc.message).split(marker)[0])
+        if not reason:
+            expected = list(exc.signature.output_fields)
+            if isinstance(exc.parsed_result, dict):
+                missing = [f for f in expected if f not in exc.parsed_result]
+                reason = f"the JSON object lacks the fields {missing} (expected exactly {expected})"
+            else:
+                reason = f"the reply is not a JSON object with the fields {expected}"
+        return f"{reason}. Your reply was: {_excerpt(exc.lm_response)}"
+    return _clean(str(exc)) or type(exc).__name__
+
+
+class StructuredPredict(dspy.Module):
+    """`dspy.Predict(signature)` through the JSON adapter, retried with the error fed back.
+
+    Args:
+        signature: the DSPy signature (its output fields should be Pydantic models or Literals).
+        max_retries: retries after the first attempt (spec 000: 3), so at most 1 + max_retries LM calls.
+        validate: optional extra check, called with each parsed prediction; raise ValueError (a Pydantic
+            ValidationError is one) to reject it with that message, or return a replacement prediction
+            (e.g. with tool names normalized), or None to accept it as is.
+        adapter: the adapter to use (default StructuredJSONAdapter()).
+
+    Calling it returns a StructuredResult. Only the model's mistakes are retried: AdapterParseError from
+    the adapter and ValueError from `validate`. Everything else (network, authentication, rate limits
+    after the LM's own retries, a missing LM, bad inputs) propagates unchanged.
+    """
+
+    def __init__(
+        self,
+        signature: type[dspy.Signature],
+        max_retries: int = 3,
+        validate: Optional[Validator] = None,
+        adapter: Optional[dspy.Adapter] = None,
+    ) -> None:
+        super().__init__()
+        if max_retries < 0:
+            raise ValueError("max_retries must be >= 0")
+        self.predict = dspy.Predict(signature)
+        self.max_retries = max_retries
+        self.validate = validate
+        self.adapter = adapter or StructuredJSONAdapter()
+
+    @property
+    def signature(self) -> type[dspy.Signature]:
+        return self.predict.signature
+
+    def _retry_signature(self, errors: list[str]) -> type[dspy.Signature]:
+        base = self.predict.signature  # read per call: an optimizer may have replaced it
+        fields = ", ".join(f"`{name}`" for name in base.output_fields)
+        feedback = (
+            f"{base.instructions}\n\n"
+            f"IMPORTANT: your previous reply was rejected: {errors[-1]}\n"
+            f"{STRICT_INSTRUCTION.format(fields=fields)}"
+        )
+        return base.with_instructions(feedback)
+
+    def _check(self, prediction: dspy.Prediction) -> dspy.Prediction:
+        if self.validate is None:
+            return prediction
+        replacement = self.validate(prediction)
+        return prediction if replacement is None else replacement
+
+    def _failed(self, attempt: int, exc: BaseException, errors: list[str]) -> None:
+        message = describe_error(exc)
+        errors.append(message)
+        logger.warning(
+            "%s: attempt %d/%d rejected: %s",
+            self.predict.signature.__name__, attempt, self.max_retries + 1, message.splitlines()[0][:300],
+        )
+
+    def _give_up(self, attempts: int, errors: list[str]) -> StructuredResult:
+        name = self.predict.signature.__name__
+        logger.error("%s: no valid output after %d attempts; last error: %s", name, attempts, errors[-1][:500])
+        return StructuredResult(None, attempts, errors, name)
+
+    def forward(self, **inputs: Any) -> StructuredResult:
+        errors: list[str] = []
+        for attempt in range(1, self.max_retries + 2):
+            call = dict(inputs)
+            if errors:
+                call["signature"] = self._retry_signature(errors)
+            try:
+                with dspy.context(adapter=self.adapter):
+                    prediction = self.predict(**call)
+            except AdapterParseError as exc:  # not JSON, a missing field, or a type/validator violation
+                self._failed(attempt, exc, errors)
+                continue
+            try:
+                prediction = self._check(prediction)
+            except ValueError as exc:  # the caller's check; a pydantic ValidationError is a ValueError
+                self._failed(attempt, exc, errors)
+                continue
+            return StructuredResult(prediction, attempt, errors, self.predict.signature.__name__)
+        return self._give_up(self.max_retries + 1, errors)
+
+    async def aforward(self, **inputs: Any) -> StructuredResult:
+        errors: list[str] = []
+        for attempt in range(1, self.max_retries + 2):
+            call = dict(inputs)
+            if errors:
+                call["signature"] = self._retry_signature(errors)
+            try:
+                with dspy.context(adapter=self.adapter):
+                    prediction = await self.predict.acall(**call)
+            except AdapterParseError as exc:
+                self._failed(attempt, exc, errors)
+                continue
+            try:
+                prediction = self._check(prediction)
+            except ValueError as exc:
+                self._failed(attempt, exc, errors)
+                continue
+            return StructuredResult(prediction, attempt, errors, self.predict.signature.__name__)
+        return self._give_up(self.max_retries + 1, errors)
