@@ -1,0 +1,284 @@
+"""The three agents played by a vision-language model through DSPy.
+
+Each subtask is a `dspy.Module` around one signature (so optimizers can compile it and programs can be
+saved and loaded per module); `VLMRoles` runs them with each role's LM via `dspy.context` and turns
+their results into the shared state models. Model mistakes are retried with feedback
+(`StructuredPredict`); a subtask that still fails returns None and the graph records it.
+"""
+from __future__ import annotations
+
+import contextvars
+import os
+from typing import Any, Optional
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+import dspy  # noqa: E402
+
+from agentic_iqa.agents.context import AssessmentContext  # noqa: E402
+from agentic_iqa.agents.structured import StructuredPredict, StructuredResult  # noqa: E402
+from agentic_iqa.config import Settings  # noqa: E402
+from agentic_iqa.fusion import ScoreFusion  # noqa: E402
+from agentic_iqa.lm import build_role_lms  # noqa: E402
+from signatures import (  # noqa: E402
+    AnalyzeDistortionsSignature,
+    DetectDistortionsSignature,
+    ExplainSignature,
+    PlanSignature,
+    ScoreSignature,
+    SelectToolsSignature,
+    format_evidence,
+    vlm_image,
+)
+from signatures.logprobs import read_level_logprobs  # noqa: E402
+from signatures.models import (  # noqa: E402
+    LEVEL_NAMES,
+    DistortionAnalysis,
+    ExecutorOutput,
+    PlannerDecision,
+    PlannerOutput,
+    SummarizerOutput,
+    ToolAssignment,
+    check_analysis_matches,
+)
+
+# Per-call facts the validators need (set by the role method, read in the same thread).
+_known_tools: contextvars.ContextVar[list[str]] = contextvars.ContextVar("known_tools", default=[])
+_allowed_tools: contextvars.ContextVar[dict[str, str]] = contextvars.ContextVar("allowed_tools", default={})
+_distortion_set: contextvars.ContextVar[Optional[dict]] = contextvars.ContextVar("distortion_set", default=None)
+
+
+def _check_plan(pred: dspy.Prediction) -> dspy.Prediction:
+    decision = PlannerDecision.model_validate(
+        pred.planner_output.model_dump(), context={"known_tools": _known_tools.get()}
+    )
+    pred.planner_output = decision
+    return pred
+
+
+def _check_selection(pred: dspy.Prediction) -> dspy.Prediction:
+    allowed = _allowed_tools.get()  # name -> "" if usable here, else why not
+    assignment = ToolAssignment.model_validate(pred.selected_tools.model_dump(), context={"known_tools": list(allowed)})
+    problems = [
+        f"{tool!r} for {obj}/{dist} cannot be used: {allowed[tool]}"
+        for obj, by_dist in assignment.root.items()
+        for dist, tool in by_dist.items()
+        if allowed.get(tool)
+    ]
+    if problems:
+        usable = sorted(t for t, why in allowed.items() if not why)
+        raise ValueError("; ".join(problems) + f". Choose only from: {usable}")
+    pred.selected_tools = assignment
+    return pred
+
+
+def _check_analysis(pred: dspy.Prediction) -> dspy.Prediction:
+    check_analysis_matches(pred.distortion_analysis.root, _distortion_set.get())
+    return pred
+
+
+class Planner(dspy.Module):
+    def __init__(self, max_retries: int = 3):
+        super().__init__()
+        self.step = StructuredPredict(PlanSignature, max_retries, validate=_check_plan)
+
+    def forward(self, **inputs) -> StructuredResult:
+        return self.step(**inputs)
+
+
+class DistortionDetector(dspy.Module):
+    def __init__(self, max_retries: int = 3):
+        super().__init__()
+        self.step = StructuredPredict(DetectDistortionsSignature, max_retries)
+
+    def forward(self, **inputs) -> StructuredResult:
+        return self.step(**inputs)
+
+
+class DistortionAnalyzer(dspy.Module):
+    def __init__(self, max_retries: int = 3):
+        super().__init__()
+        self.step = StructuredPredict(AnalyzeDistortionsSignature, max_retries, validate=_check_analysis)
+
+    def forward(self, **inputs) -> StructuredResult:
+        return self.step(**inputs)
+
+
+class ToolSelector(dspy.Module):
+    def __init__(self, max_retries: int = 3):
+        super().__init__()
+        self.step = StructuredPredict(SelectToolsSignature, max_retries, validate=_check_selection)
+
+    def forward(self, **inputs) -> StructuredResult:
+        return self.step(**inputs)
+
+
+class Summarizer(dspy.Module):
+    """Explanation/QA mode and scoring mode (spec 003) as two predictors."""
+
+    def __init__(self, max_retries: int = 3):
+        super().__init__()
+        self.explain = StructuredPredict(ExplainSignature, max_retries)
+        self.score = StructuredPredict(ScoreSignature, max_retries)
+
+    def forward(self, scoring: bool, **inputs) -> StructuredResult:
+        return (self.score if scoring else self.explain)(**inputs)
+
+
+#: The compilable modules by the names `agentic-iqa compile --module` and `programs:` use.
+MODULE_NAMES = ("planner", "detect", "analyze", "select", "summarize")
+
+
+class VLMRoles:
+    """Roles played by the configured VLM(s); `offline` takes over when the LM is unreachable."""
+
+    def __init__(self, settings: Settings, offline: Any = None, lms: Optional[dict] = None):
+        self.settings = settings
+        self.offline = offline
+        self.lms = lms or build_role_lms(settings.backends)
+        retries = settings.pipeline.max_retries
+        self.modules: dict[str, dspy.Module] = {
+            "planner": Planner(retries),
+            "detect": DistortionDetector(retries),
+            "analyze": DistortionAnalyzer(retries),
+            "select": ToolSelector(retries),
+            "summarize": Summarizer(retries),
+        }
+        self.fusion = ScoreFusion(eta=settings.pipeline.fusion.eta, prob_mode=settings.pipeline.fusion.prob_mode)
+        models = sorted({lm.model for lm in self.lms.values() if lm is not None})
+        self.name = f"vlm ({', '.join(models)})"
+        for module, path in settings.pipeline.programs.items():
+            self.load_program(module, path)
+
+    def load_program(self, module: str, path) -> None:
+        from agentic_iqa.programs import load_program
+
+        load_program(self.modules, module, path)
+
+    # ── helpers ─────────────────────────────────────────────────────────────────────────────────
+
+    def _image(self, ctx: AssessmentContext) -> dspy.Image:
+        if "vlm_image" not in ctx.memo:
+            image, note = vlm_image(ctx.image_path, ctx.settings.pipeline.vlm_image_max_side)
+            ctx.memo["vlm_image"] = image
+            if note:
+                ctx.trace.add("input", "note", note)
+        return ctx.memo["vlm_image"]
+
+    def _call(self, ctx: AssessmentContext, stage: str, role: str, module: str, **inputs) -> Any:
+        lm = self.lms.get(role)
+        if lm is None:
+            raise RuntimeError(f"no LM configured for the {role} role")
+        ctx.trace.add(stage, "lm_call", f"{module} via {lm.model}")
+        with dspy.context(lm=lm):
+            result: StructuredResult = self.modules[module](**inputs)
+        ctx.trace.count_lm(result.lm_calls, result.retries)
+        for err in result.errors:
+            ctx.trace.add(stage, "retry", err[:500])
+        if not result.ok:
+            ctx.trace.add(stage, "error", f"no valid output after {result.attempts} attempts; field set to null")
+        return result
+
+    def _reference_mode(self, ctx: AssessmentContext) -> str:
+        return "Full-Reference" if ctx.has_reference else "No-Reference"
+
+    # ── roles ───────────────────────────────────────────────────────────────────────────────────
+
+    def plan(self, ctx: AssessmentContext, replan_reason: Optional[str]) -> PlannerOutput:
+        known = ctx.known_tools()
+        _known_tools.set(known)
+        result = self._call(
+            ctx, "planner", "planner", "planner",
+            query=ctx.query, image=self._image(ctx), reference_mode=self._reference_mode(ctx),
+            available_tools=known, replan_reason=replan_reason,
+        )
+        if not result.ok:
+            raise ValueError("the planner returned no valid plan: " + (result.errors[-1][:300] if result.errors else ""))
+        return PlannerOutput.from_decision(
+            result.prediction.planner_output, has_reference=ctx.has_reference, context={"known_tools": known}
+        )
+
+    def detect(self, ctx: AssessmentContext, plan: PlannerOutput):
+        result = self._call(
+            ctx, "detect", "executor", "detect", query=ctx.query, image=self._image(ctx), query_scope=plan.query_scope
+        )
+        return result.prediction.distortion_set.root if result.ok else None
+
+    def analyze(self, ctx: AssessmentContext, plan: PlannerOutput, distortion_set):
+        if not distortion_set:
+            return None
+        _distortion_set.set(distortion_set)
+        result = self._call(
+            ctx, "analyze", "executor", "analyze", query=ctx.query, image=self._image(ctx), distortion_set=distortion_set
+        )
+        return result.prediction.distortion_analysis.root if result.ok else None
+
+    def select(self, ctx: AssessmentContext, plan: PlannerOutput, distortion_set):
+        mode = "FR" if ctx.has_reference else "NR"
+        allowed: dict[str, str] = {}
+        for name in ctx.registry.names():
+            spec = ctx.registry.spec(name)
+            ok, why = ctx.registry.availability(name)
+            if spec.mode == "FR" and not ctx.has_reference:
+                why = "it is a full-reference tool and no reference image was given"
+            allowed[name] = "" if ok and not why else (why or "not available")
+        _allowed_tools.set(allowed)
+        # FR tools first when a reference exists (spec 000); NR tools are offered only without one.
+        description = ctx.registry.describe_tools("FR", available_only=True) if mode == "FR" else ""
+        description += ctx.registry.describe_tools("NR", available_only=True)
+        result = self._call(
+            ctx, "select", "executor", "select",
+            distortion_set=distortion_set or {"Global": ["Overall"]},
+            tool_description=description, reference_mode=self._reference_mode(ctx),
+        )
+        return result.prediction.selected_tools.root if result.ok else None
+
+    def summarize(self, ctx: AssessmentContext, plan: PlannerOutput, evidence: ExecutorOutput) -> SummarizerOutput:
+        inputs = dict(query=ctx.query, image=self._image(ctx), evidence=format_evidence(evidence))
+        result = self._call(ctx, "summarizer", "summarizer", "summarize", scoring=ctx.scoring, **inputs)
+        if not result.ok:
+            raise ValueError("the summarizer returned no valid answer: " + (result.errors[-1][:300] if result.errors else ""))
+        pred = result.prediction
+        if not ctx.scoring:
+            return SummarizerOutput(
+                final_answer=pred.final_answer,
+                quality_reasoning=pred.quality_reasoning,
+                need_replan=bool(pred.need_replan),
+                replan_reason=pred.replan_reason,
+            )
+        return self._fused(ctx, plan, evidence, pred)
+
+    def _fused(self, ctx, plan, evidence: ExecutorOutput, pred) -> SummarizerOutput:
+        scores = unique_tool_scores(evidence)
+        reading = read_level_logprobs(pred)
+        fused = self.fusion.fuse(
+            scores,
+            level_logprobs=reading.logprobs if reading else None,
+            level=pred.level,
+            prob_note=reading.note() if reading else "the provider returned no token log-probs",
+        )
+        need_replan = bool(pred.need_replan)
+        reason = pred.replan_reason
+        if fused.need_replan and plan.plan.tool_execution:
+            need_replan, reason = True, reason or "; ".join(fused.warnings) or "score fusion failed"
+        return SummarizerOutput(
+            final_answer=f"{fused.level} ({LEVEL_NAMES[fused.level]}), score {fused.score:.2f}/5",
+            quality_reasoning=pred.quality_reasoning,
+            need_replan=need_replan,
+            replan_reason=reason if need_replan else None,
+            level=fused.level,
+            score=fused.score,
+            probabilities=fused.probabilities(),
+            prob_mode=fused.prob_mode_used,
+            prob_source=f"VLM chose {pred.level}; {fused.prob_note}; tool mean "
+            + (f"{fused.qbar:.2f} from {len(scores)} score(s)" if fused.qbar is not None else "n/a (no tool scores)"),
+        )
+
+
+def unique_tool_scores(evidence: ExecutorOutput) -> list[float]:
+    """One normalized score per tool run (a tool serving several distortions counts once)."""
+    seen: dict[str, float] = {}
+    for obj in (evidence.quality_scores or {}).values():
+        for tool, score in obj.values():
+            seen.setdefault(tool, score)
+    return list(seen.values())

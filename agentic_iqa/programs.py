@@ -1,0 +1,73 @@
+"""Compiled programs: a DSPy module's tuned state (instructions, demos) saved as JSON with a header.
+
+File layout (never pickle):
+    {"agentic_iqa_program": {"module": "planner", "signature_version": "1", "optimizer": ..., "lm": ...,
+                             "fixtures": {...sha256...}, "scores": {...}, "created": ISO-8601},
+     "state": <dspy Module.dump_state()>}
+A program is refused, with a message saying why, when it was compiled for another module or another
+signature version.
+"""
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Mapping
+
+
+class ProgramError(ValueError):
+    """A compiled program cannot be used here; the message says which file and why."""
+
+
+def _signature_version() -> str:
+    from signatures import SIGNATURE_VERSION
+
+    return SIGNATURE_VERSION
+
+
+def save_program(module_obj: Any, module: str, path: str | Path, **metadata) -> Path:
+    path = Path(path)
+    header = {
+        "module": module,
+        "signature_version": _signature_version(),
+        "created": datetime.now(timezone.utc).isoformat(),
+        **metadata,
+    }
+    payload = {"agentic_iqa_program": header, "state": module_obj.dump_state()}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(payload, indent=2, default=str), encoding="utf-8")
+    tmp.replace(path)  # never leave a half-written program behind
+    return path
+
+
+def read_program(path: str | Path) -> tuple[dict, dict]:
+    path = Path(path)
+    try:
+        payload = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ProgramError(f"compiled program {path} does not exist") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ProgramError(f"compiled program {path} is not a readable JSON file ({exc})") from None
+    if not isinstance(payload, dict) or "agentic_iqa_program" not in payload or "state" not in payload:
+        raise ProgramError(f"{path} is not an agentic-iqa compiled program (no 'agentic_iqa_program' header)")
+    return payload["agentic_iqa_program"], payload["state"]
+
+
+def load_program(modules: Mapping[str, Any], module: str, path: str | Path) -> dict:
+    """Load the program at `path` into `modules[module]`; returns its header."""
+    header, state = read_program(path)
+    if module not in modules:
+        raise ProgramError(f"unknown module {module!r} for program {path}; use one of {sorted(modules)}")
+    if header.get("module") != module:
+        raise ProgramError(f"{path} was compiled for the {header.get('module')!r} module, not {module!r}")
+    if str(header.get("signature_version")) != _signature_version():
+        raise ProgramError(
+            f"{path} was compiled for signature version {header.get('signature_version')!r}, but this agentic-iqa "
+            f"uses version {_signature_version()!r}; compile it again"
+        )
+    try:
+        modules[module].load_state(state)
+    except Exception as exc:  # noqa: BLE001 - a mismatched state is a user-facing refusal, not a crash
+        raise ProgramError(f"{path} does not fit the {module!r} module: {exc}") from None
+    return header
