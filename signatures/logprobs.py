@@ -52,6 +52,11 @@ def _get(obj: Any, name: str) -> Any:
 
 
 def _as_token(item: Any) -> Optional[Token]:
+    if isinstance(item, tuple) and len(item) == 3:  # (token, logprob, [(alternative, logprob), ...])
+        token, logprob, alts = item
+        if not isinstance(token, str) or logprob is None:
+            return None
+        return token, float(logprob), [(str(t), float(lp)) for t, lp in alts or ()]
     token, logprob = _get(item, "token"), _get(item, "logprob")
     if not isinstance(token, str) or logprob is None:
         return None
@@ -70,7 +75,8 @@ def token_logprobs(source: Any) -> Optional[list[Token]]:
     """[(token, logprob, [(alternative, logprob), ...]), ...] from whatever carries them, or None.
 
     Accepts a dspy.Prediction, a DSPy output dict ({"text", "logprobs"}), an OpenAI-shaped logprobs
-    dict ({"content": [...]}), a list of token dicts, or a dspy.lm15 Response.
+    dict ({"content": [...]}), a list of token dicts or of (token, logprob, alternatives) tuples, or a
+    dspy.lm15 Response.
     """
     if source is None:
         return None

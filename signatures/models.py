@@ -259,6 +259,13 @@ def _merge_keys(mapping: Any, merge) -> Any:
     return out
 
 
+def _listify(mapping: Any) -> Any:
+    """{"sky": "blur"} -> {"sky": ["blur"]}: a bare string where a list of types belongs."""
+    if isinstance(mapping, dict):
+        return {k: [v] if isinstance(v, str) else v for k, v in mapping.items()}
+    return mapping
+
+
 def _concat(a: Any, b: Any) -> Any:
     if isinstance(a, list) and isinstance(b, list):
         return a + b
@@ -408,7 +415,7 @@ class PlannerDecision(BaseModel):
     def _distortions(cls, v: Any) -> Any:
         if v is None or v == {} or v == []:
             return None
-        return _merge_keys(v, _concat)
+        return _listify(_merge_keys(_listify(v), _concat))
 
     @field_validator("distortions")
     @classmethod
@@ -582,7 +589,7 @@ class ExecutorOutput(BaseModel):
     @field_validator("distortion_set", mode="before")
     @classmethod
     def _set_keys(cls, v: Any) -> Any:
-        return _merge_keys(v, _concat) if v is not None else None
+        return _merge_keys(_listify(v), _concat) if v is not None else None
 
     @field_validator("distortion_set")
     @classmethod

@@ -126,7 +126,7 @@ def describe_error(exc: BaseException) -> str:
                 reason = f"the JSON object lacks the fields {missing} (expected exactly {expected})"
             else:
                 reason = f"the reply is not a JSON object with the fields {expected}"
-        return f"{reason}. Your reply was: {_excerpt(exc.lm_response)}"
+        return f"{reason.rstrip('.')}. Your reply was: {_excerpt(exc.lm_response)}"
     return _clean(str(exc)) or type(exc).__name__
 
 

@@ -1,0 +1,250 @@
+"""StructuredPredict: JSON adapter, retries with the error fed back, validation hook, async, counting."""
+import asyncio
+import logging
+
+import dspy
+import pytest
+from canned import CannedVLM, Reply, disable_dspy_cache, dummy_lm, valid_reply, write_test_image
+
+from agentic_iqa.agents.structured import (
+    StructuredJSONAdapter,
+    StructuredPredict,
+    StructuredResult,
+    describe_error,
+)
+from signatures import (
+    AnalyzeDistortionsSignature,
+    DetectDistortionsSignature,
+    ScoreSignature,
+    SelectToolsSignature,
+    vlm_image,
+)
+from signatures.models import ToolAssignment, check_analysis_matches
+
+TOOLS = ["QAlign", "NIQE", "TOPIQ_FR"]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _hermetic():
+    disable_dspy_cache()
+
+
+@pytest.fixture
+def image(tmp_path):
+    return vlm_image(write_test_image(tmp_path / "x.jpg"))[0]
+
+
+def score(image, vlm, **kw):
+    with vlm.context():
+        return StructuredPredict(ScoreSignature, **kw)(query="Rate the quality.", image=image, evidence="none")
+
+
+def test_first_reply_good(image):
+    vlm = CannedVLM({"score": [valid_reply("score", level="B")]})
+    result = score(image, vlm)
+    assert isinstance(result, StructuredResult)
+    assert result.ok and result.prediction.level == "B" and result.prediction.need_replan is False
+    assert (result.attempts, result.retries, result.lm_calls, result.errors) == (1, 0, 1, [])
+    assert result.signature_name == "ScoreSignature"
+    assert not vlm.calls[0].retried_with_feedback
+
+
+@pytest.mark.parametrize(
+    "bad, fragment",
+    [
+        ("I think the image looks fine.", "cannot be serialized to a JSON object"),
+        ("", "empty or null response"),
+        ('{"level": "Z", "quality_reasoning": "x", "need_replan": false, "replan_reason": null}', "level"),
+        ('{"level": "B"}', "lacks the fields ['quality_reasoning', 'need_replan']"),
+    ],
+    ids=["prose", "empty", "schema-violation", "missing-fields"],
+)
+def test_retry_feeds_the_error_back_then_succeeds(image, bad, fragment):
+    vlm = CannedVLM({"score": [bad, valid_reply("score")]})
+    result = score(image, vlm)
+    assert result.ok and result.attempts == 2 and vlm.count("score") == 2
+    assert len(result.errors) == 1 and fragment in result.errors[0]
+    first, second = vlm.calls
+    assert not first.retried_with_feedback
+    assert second.retried_with_feedback
+    assert fragment in second.system  # the model is told what was wrong
+    assert "Return ONLY valid JSON" in second.system and "`level`, `quality_reasoning`" in second.system
+    # The fields are unchanged, so the retry is parsed (and routed) exactly like the first attempt.
+    assert second.output_fields == first.output_fields
+
+
+def test_exhausting_retries_returns_none(image, caplog):
+    caplog.set_level(logging.WARNING, logger="agentic_iqa.agents.structured")
+    vlm = CannedVLM({"score": ["nope"] * 4})
+    result = score(image, vlm)
+    assert result.prediction is None and not result.ok
+    assert result.attempts == 4 == vlm.count("score") and len(result.errors) == 4
+    assert vlm.remaining("score") == 0
+    assert any(r.levelno == logging.ERROR and "no valid output after 4 attempts" in r.message for r in caplog.records)
+    assert sum(1 for r in caplog.records if r.levelno == logging.WARNING) == 4
+
+
+def test_max_retries_is_configurable(image):
+    vlm = CannedVLM({"score": ["nope", "nope", valid_reply("score")]})
+    assert score(image, vlm, max_retries=1).prediction is None and vlm.count() == 2
+    vlm = CannedVLM({"score": ["nope"]})
+    assert score(image, vlm, max_retries=0).attempts == 1
+    with pytest.raises(ValueError):
+        StructuredPredict(ScoreSignature, max_retries=-1)
+
+
+def test_validate_callback_rejects_and_replaces():
+    """Tool names the registry does not know are fed back; known ones come back in registry spelling."""
+
+    def known_tools_only(pred):
+        checked = ToolAssignment.model_validate(pred.selected_tools.root, context={"known_tools": TOOLS})
+        return dspy.Prediction(selected_tools=checked)
+
+    vlm = CannedVLM({"select": [
+        {"selected_tools": {"Global": {"Blurs": "SuperIQA"}}},
+        {"selected_tools": {"Global": {"Blurs": "q-align", "Noise": "niqe"}}},
+    ]})
+    with vlm.context():
+        result = StructuredPredict(SelectToolsSignature, validate=known_tools_only)(
+            distortion_set={"Global": ["Blurs", "Noise"]}, tool_description="QAlign (NR) ...", reference_mode="No-Reference"
+        )
+    assert result.attempts == 2
+    assert "unknown tool 'SuperIQA'" in result.errors[0] and "unknown tool 'SuperIQA'" in vlm.calls[1].system
+    assert result.prediction.selected_tools.root == {"Global": {"Blurs": "QAlign", "Noise": "NIQE"}}
+
+
+def test_validate_callback_checks_analysis_against_the_set(image):
+    distortion_set = {"Global": ["Blurs"]}
+
+    def matches_set(pred):
+        check_analysis_matches(pred.distortion_analysis.root, distortion_set)
+
+    wrong = {"distortion_analysis": {"Global": [{"type": "Noise", "severity": "slight", "explanation": "grain"}]}}
+    right = {"distortion_analysis": {"Global": [{"type": "blur", "severity": "mild", "explanation": "soft"}]}}
+    vlm = CannedVLM({"analyze": [wrong, right]})
+    with vlm.context():
+        result = StructuredPredict(AnalyzeDistortionsSignature, validate=matches_set)(
+            query="q", image=image, distortion_set=distortion_set
+        )
+    assert result.attempts == 2 and "'Noise' is not among the listed distortions" in result.errors[0]
+    item = result.prediction.distortion_analysis.root["Global"][0]
+    assert (item.type, item.severity) == ("Blurs", "slight")
+
+
+def test_feedback_quotes_only_the_latest_error(image):
+    vlm = CannedVLM({"detect": [
+        {"distortion_set": {"Global": ["haze"]}},
+        {"distortion_set": {"Global": ["fog"]}},
+        valid_reply("detect"),
+    ]})
+    with vlm.context():
+        result = StructuredPredict(DetectDistortionsSignature)(query="q", image=image, query_scope=["Global"])
+    assert result.attempts == 3
+    third = vlm.calls[2].system
+    assert "'fog'" in third and "'haze'" not in third
+
+
+def test_transport_errors_are_not_retried(image):
+    vlm = CannedVLM({"score": [RuntimeError("connection reset"), valid_reply("score")]})
+    with pytest.raises(Exception, match="connection reset"):
+        score(image, vlm)
+    assert vlm.count() == 1  # not retried as if it were the model's mistake
+
+
+def test_programming_errors_are_not_retried(image):
+    with pytest.raises(ValueError, match="No LM is loaded"):
+        with dspy.context(lm=None):
+            StructuredPredict(ScoreSignature)(query="q", image=image, evidence="e")
+
+
+def test_async_path_retries_and_counts(image):
+    vlm = CannedVLM({"score": ["{not json", valid_reply("score", level="D")]})
+
+    async def run():
+        with vlm.context():
+            return await StructuredPredict(ScoreSignature).acall(query="q", image=image, evidence="e")
+
+    result = asyncio.run(run())
+    assert result.ok and result.prediction.level == "D" and result.attempts == 2 and vlm.count() == 2
+
+
+def test_async_calls_run_concurrently(image):
+    vlm = CannedVLM({"score": valid_reply("score")}, latency=0.2, repeat_last=True)
+    module = StructuredPredict(ScoreSignature)
+
+    async def run():
+        with vlm.context():
+            return await asyncio.gather(*(module.acall(query="q", image=image, evidence="e") for _ in range(4)))
+
+    import time
+
+    start = time.perf_counter()
+    results = asyncio.run(run())
+    assert all(r.ok for r in results) and vlm.count() == 4
+    assert time.perf_counter() - start < 0.6  # four 0.2 s calls overlapped, not 0.8 s in a row
+
+
+def test_adapter_is_scoped_not_global(image):
+    before = dspy.settings.adapter
+    score(image, CannedVLM({"score": [valid_reply("score")]}))
+    assert dspy.settings.adapter is before
+
+
+def test_compiled_demos_are_kept_on_retries(image):
+    module = StructuredPredict(ScoreSignature)
+    module.predict.demos = [dspy.Example(query="demo query", evidence="demo evidence", level="A",
+                                         quality_reasoning="demo reasoning", need_replan=False, replan_reason=None)]
+    vlm = CannedVLM({"score": ["oops", valid_reply("score")]})
+    with vlm.context():
+        assert module(query="q", image=image, evidence="e").attempts == 2
+    for call in vlm.calls:
+        messages = vlm.lm.history[vlm.calls.index(call)]["messages"]
+        assert any("demo reasoning" in str(m["content"]) for m in messages)
+
+
+def test_dummy_lm_works_for_simple_cases():
+    lm = dummy_lm([{"selected_tools": {"Global": {"Blurs": "QAlign"}}}])
+    with dspy.context(lm=lm):
+        result = StructuredPredict(SelectToolsSignature)(
+            distortion_set={"Global": ["Blurs"]}, tool_description="QAlign", reference_mode="No-Reference"
+        )
+    assert result.prediction.selected_tools.root == {"Global": {"Blurs": "QAlign"}}
+
+
+def test_describe_error_plain_value_error():
+    assert describe_error(ValueError("bad tool\nFor further information visit https://x")) == "bad tool"
+
+
+def test_level_logprobs_survive_retries(image):
+    from signatures import level_logprobs
+
+    vlm = CannedVLM({"score": ["junk", Reply(valid_reply("score", level="B"), level_logprobs={"A": -1.5, "B": -0.4})]},
+                    logprobs=True)
+    result = score(image, vlm)
+    assert level_logprobs(result.prediction)["B"] == pytest.approx(-0.4)
+
+
+# ── the adapter's response format ───────────────────────────────────────────────────────────────
+
+
+def _format_for(adapter, signature):
+    lm = dspy.LM("openai/gpt-4o", api_key="not-used")  # a model DSPy sends Structured Outputs to; no call is made
+    kwargs = {}
+    adapter._prepare_response_format(lm, kwargs, signature)
+    return kwargs.get("response_format")
+
+
+def test_dict_outputs_use_json_mode():
+    """DSPy's strict schema for a nested dict only admits {} — so those signatures ask for JSON mode."""
+    stock = _format_for(dspy.JSONAdapter(), DetectDistortionsSignature)
+    schema = stock.model_json_schema()
+    dist = schema["$defs"]["DistortionSet"]
+    assert dist["properties"] == {} and dist["additionalProperties"] is False  # why the override exists
+    assert _format_for(StructuredJSONAdapter(), DetectDistortionsSignature) == {"type": "json_object"}
+    assert _format_for(StructuredJSONAdapter(), SelectToolsSignature) == {"type": "json_object"}
+
+
+def test_dict_free_outputs_keep_the_structured_schema():
+    fmt = _format_for(StructuredJSONAdapter(), ScoreSignature)
+    assert not isinstance(fmt, dict)
+    assert fmt.model_json_schema()["properties"]["level"]["enum"] == ["A", "B", "C", "D", "E"]
