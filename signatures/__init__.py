@@ -66,7 +66,16 @@ def _describe_type(annotation: typing.Any) -> typing.Any:
 
     if isinstance(annotation, type) and issubclass(annotation, dspy.Type):
         return annotation.__name__  # DSPy's own media types: their internals are DSPy's business
-    return pydantic.TypeAdapter(annotation).json_schema()
+    return _structure(pydantic.TypeAdapter(annotation).json_schema())
+
+
+def _structure(schema: typing.Any) -> typing.Any:
+    """A JSON schema without its prose (titles, descriptions): wording is not a field change."""
+    if isinstance(schema, dict):
+        return {k: _structure(v) for k, v in schema.items() if k not in ("title", "description")}
+    if isinstance(schema, list):
+        return [_structure(v) for v in schema]
+    return schema
 
 
 def signature_fingerprint() -> str:

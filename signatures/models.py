@@ -316,7 +316,10 @@ _FLAG_ALIASES = {
 
 
 class PlanControlFlags(BaseModel):
-    """Which Executor subtasks run (DESIGN §3)."""
+    """Which Executor steps run for this query."""
+
+    # The docstrings of the models a VLM fills in appear in its prompt (as JSON-schema descriptions),
+    # so they are written for the VLM; notes for developers are comments like this one. Rules: DESIGN §3.
 
     model_config = ConfigDict(extra="ignore")  # a VLM's stray commentary key is harmless
 
@@ -368,14 +371,17 @@ class PlanControlFlags(BaseModel):
 
 
 class PlannerDecision(BaseModel):
-    """What the Planner's VLM decides. `reference_mode` is not here: code decides it (PlannerOutput)."""
+    """The plan for answering the user's query."""
+
+    # What the Planner's VLM decides. reference_mode is deliberately absent: code decides it from
+    # whether a reference image was given (PlannerOutput.from_decision).
 
     model_config = ConfigDict(extra="ignore")
 
     query_type: Literal["IQA", "Other"]
     query_scope: list[str] = Field(min_length=1)
     distortion_source: Literal["Explicit", "Inferred"]
-    distortions: Optional[dict[str, list[str]]] = None
+    distortions: Optional[dict[str, list[DistortionCategory]]] = None
     required_tool: Optional[list[str]] = None
     plan: PlanControlFlags
 
@@ -482,7 +488,9 @@ class PlannerOutput(PlannerDecision):
 
 
 class DistortionAnalysis(BaseModel):
-    """Severity and visual impact of one distortion type (spec 001)."""
+    """Severity and visual impact of one distortion type."""
+
+    # spec 001; `type` is normalized to one of DISTORTION_CATEGORIES.
 
     model_config = ConfigDict(extra="ignore")
 
@@ -504,7 +512,10 @@ class DistortionAnalysis(BaseModel):
 
 
 class DistortionSet(RootModel[dict[str, list[DistortionCategory]]]):
-    """{object or "Global": [distortion types]}, the detection subtask's output (spec 000)."""
+    """Distortion types to examine, per object ("Global" = the whole image)."""
+
+    # The detection subtask's output (spec 000). Wrapped in a RootModel so normalization runs when
+    # DSPy parses the reply; `.root` is the plain dict.
 
     @model_validator(mode="before")
     @classmethod
@@ -517,7 +528,9 @@ class DistortionSet(RootModel[dict[str, list[DistortionCategory]]]):
 
 
 class DistortionAnalysisMap(RootModel[dict[str, list[DistortionAnalysis]]]):
-    """{object or "Global": [DistortionAnalysis]}, the analysis subtask's output (spec 000)."""
+    """Analysis of each listed distortion type, per object ("Global" = the whole image)."""
+
+    # The analysis subtask's output (spec 000); `.root` is the plain dict.
 
     @model_validator(mode="before")
     @classmethod
@@ -526,10 +539,10 @@ class DistortionAnalysisMap(RootModel[dict[str, list[DistortionAnalysis]]]):
 
 
 class ToolAssignment(RootModel[dict[str, dict[str, str]]]):
-    """{object or "Global": {distortion type: tool name}}, the selection subtask's output (spec 000).
+    """The IQA tool chosen for each distortion type, per object ("Global" = the whole image)."""
 
-    Tool names are checked against the registry only with a `known_tools` validation context.
-    """
+    # The selection subtask's output (spec 000); `.root` is the plain dict. Tool names are checked
+    # against the registry only with a `known_tools` validation context.
 
     @model_validator(mode="before")
     @classmethod

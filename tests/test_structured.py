@@ -1,8 +1,11 @@
 """StructuredPredict: JSON adapter, retries with the error fed back, validation hook, async, counting."""
 import asyncio
 import logging
+import os
 
-import dspy
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # before dspy/litellm load: no price-list download
+
+import dspy  # noqa: E402
 import pytest
 from canned import CannedVLM, Reply, disable_dspy_cache, dummy_lm, valid_reply, write_test_image
 
@@ -15,6 +18,8 @@ from agentic_iqa.agents.structured import (
 from signatures import (
     AnalyzeDistortionsSignature,
     DetectDistortionsSignature,
+    ExplainSignature,
+    PlanSignature,
     ScoreSignature,
     SelectToolsSignature,
     vlm_image,
@@ -240,11 +245,12 @@ def test_dict_outputs_use_json_mode():
     schema = stock.model_json_schema()
     dist = schema["$defs"]["DistortionSet"]
     assert dist["properties"] == {} and dist["additionalProperties"] is False  # why the override exists
-    assert _format_for(StructuredJSONAdapter(), DetectDistortionsSignature) == {"type": "json_object"}
-    assert _format_for(StructuredJSONAdapter(), SelectToolsSignature) == {"type": "json_object"}
+    for sig in (PlanSignature, DetectDistortionsSignature, AnalyzeDistortionsSignature, SelectToolsSignature):
+        assert _format_for(StructuredJSONAdapter(), sig) == {"type": "json_object"}, sig.__name__
 
 
 def test_dict_free_outputs_keep_the_structured_schema():
     fmt = _format_for(StructuredJSONAdapter(), ScoreSignature)
     assert not isinstance(fmt, dict)
     assert fmt.model_json_schema()["properties"]["level"]["enum"] == ["A", "B", "C", "D", "E"]
+    assert not isinstance(_format_for(StructuredJSONAdapter(), ExplainSignature), dict)
