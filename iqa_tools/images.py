@@ -1,0 +1,247 @@
+"""Turn whatever the caller has (path, bytes, PIL image, array, tensor) into what pyiqa needs.
+
+pyiqa itself rejects `pathlib.Path` and numpy arrays, silently saturates 16-bit PNGs and drops alpha
+(DESIGN §6), so we decode and convert ourselves and always hand it a float32 1×3×H×W tensor in [0, 1].
+
+Conversions (each one leaves a note on the LoadedImage):
+  * grayscale → the gray value copied to R, G and B
+  * alpha (RGBA, LA, palette with transparency) → composited on white, as a viewer would show it
+  * 16-bit → scaled by 1/65535 (not clipped at 255)
+  * palette, CMYK, YCbCr, 1-bit … → RGB via Pillow
+  * animated (GIF, APNG, WebP) → the first frame
+EXIF orientation is *not* applied: pixels are scored as stored, the way pyiqa reads files.
+
+Reading (`read_source`) is split from decoding (`decode`) so that the registry can compute the cache key
+from the source bytes and skip decoding entirely on a cache hit.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+from PIL import Image, UnidentifiedImageError
+
+from iqa_tools.errors import ImageError
+
+DEFAULT_MAX_PIXELS = 100_000_000  # decompression-bomb guard; configs/pipeline.yaml max_image_pixels
+
+
+def max_pixels_default() -> int:
+    env = os.environ.get("AGENTIC_IQA_MAX_PIXELS")
+    return int(env) if env and env.isdigit() else DEFAULT_MAX_PIXELS
+
+
+@dataclass(frozen=True)
+class ImageSource:
+    """An input read but not decoded: its label for messages, its content hash, and the payload."""
+
+    label: str
+    sha256: str
+    data: Optional[bytes] = None  # encoded file bytes (paths and bytes inputs)
+    obj: Any = None  # PIL image / numpy array / torch tensor inputs
+
+
+@dataclass
+class LoadedImage:
+    tensor: Any  # torch.FloatTensor, shape 1×3×H×W, values in [0, 1]
+    sha256: str
+    size: tuple[int, int]  # (width, height), as PIL reports it
+    label: str
+    format: Optional[str] = None  # e.g. "PNG", "JPEG"; None for in-memory inputs
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def width(self) -> int:
+        return self.size[0]
+
+    @property
+    def height(self) -> int:
+        return self.size[1]
+
+
+def _sha(*parts: bytes) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(p)
+    return h.hexdigest()
+
+
+def read_source(src: Any, label: Optional[str] = None) -> ImageSource:
+    """Read the input and hash it; cheap. Raises ImageError for missing/empty/unreadable inputs."""
+    if isinstance(src, ImageSource):
+        return src
+    if isinstance(src, str) and "://" in src[:12]:
+        raise ImageError(f"{src}: URLs are not fetched; download the image first and pass the local file")
+    if isinstance(src, (str, os.PathLike)):
+        path = Path(src).expanduser()
+        name = label or str(src)
+        if not path.exists():
+            raise ImageError(f"{name}: file not found; check the path")
+        if path.is_dir():
+            raise ImageError(f"{name}: is a directory, not an image file")
+        try:
+            data = path.read_bytes()
+        except PermissionError:
+            raise ImageError(f"{name}: permission denied; make the file readable (chmod +r)") from None
+        except OSError as exc:
+            raise ImageError(f"{name}: cannot be read ({exc.strerror or exc})") from None
+        if not data:
+            raise ImageError(f"{name}: file is empty (0 bytes); re-export or re-download the image")
+        return ImageSource(label=name, sha256=_sha(data), data=data)
+    if isinstance(src, (bytes, bytearray, memoryview)):
+        data = bytes(src)
+        if not data:
+            raise ImageError(f"{label or 'image bytes'}: empty (0 bytes)")
+        return ImageSource(label=label or f"<{len(data)} bytes>", sha256=_sha(data), data=data)
+    if isinstance(src, Image.Image):
+        digest = _sha(f"PIL:{src.mode}:{src.size}".encode(), src.tobytes())
+        return ImageSource(label=label or f"<PIL {src.mode} {src.size[0]}×{src.size[1]}>", sha256=digest, obj=src)
+    if isinstance(src, np.ndarray):
+        arr = np.ascontiguousarray(src)
+        digest = _sha(f"ndarray:{arr.dtype.str}:{arr.shape}".encode(), arr.tobytes())
+        return ImageSource(label=label or f"<array {arr.dtype} {arr.shape}>", sha256=digest, obj=arr)
+    if type(src).__module__.startswith("torch") and hasattr(src, "detach"):
+        arr = np.ascontiguousarray(src.detach().cpu().float().numpy())
+        digest = _sha(f"tensor:{arr.shape}".encode(), arr.tobytes())
+        return ImageSource(label=label or f"<tensor {tuple(arr.shape)}>", sha256=digest, obj=src)
+    raise ImageError(
+        f"{label or repr(src)[:60]}: unsupported image input of type {type(src).__name__}; "
+        "pass a file path, bytes, a PIL image or a numpy array"
+    )
+
+
+def _open_bytes(data: bytes, label: str, max_pixels: int) -> Image.Image:
+    try:
+        with warnings.catch_warnings():
+            # We enforce our own (configurable) pixel limit below; Pillow's warning would be noise.
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            im = Image.open(io.BytesIO(data))
+            w, h = im.size
+            if w * h > max_pixels:
+                raise ImageError(
+                    f"{label}: {w}×{h} = {w * h:,} pixels exceeds the limit of {max_pixels:,} "
+                    "(decompression-bomb guard); downscale it or raise max_image_pixels / AGENTIC_IQA_MAX_PIXELS"
+                )
+            im.load()
+            return im
+    except ImageError:
+        raise
+    except UnidentifiedImageError:
+        raise ImageError(f"{label}: not an image (or a format Pillow cannot read); pass a PNG, JPEG, WebP, TIFF, BMP or GIF file") from None
+    except Image.DecompressionBombError as exc:
+        raise ImageError(f"{label}: refused by Pillow as a decompression bomb ({exc})") from None
+    except (OSError, SyntaxError, ValueError) as exc:
+        raise ImageError(f"{label}: truncated or corrupt image data ({exc}); re-export or re-download it") from None
+
+
+def _on_white(rgb: np.ndarray, alpha: np.ndarray) -> np.ndarray:
+    return rgb * alpha + (1.0 - alpha)
+
+
+def _pil_to_float(im: Image.Image, notes: list[str]) -> np.ndarray:
+    """H×W×3 float32 in [0, 1]."""
+    if getattr(im, "n_frames", 1) > 1:
+        notes.append(f"animated image: the first of {im.n_frames} frames is scored")
+        im.seek(0)
+    mode = im.mode
+    if mode.startswith("I;16") or mode == "I":
+        # 16-bit grayscale (mode "I" is how some formats deliver it): scale to [0, 1] by 65535.
+        arr = np.asarray(im).astype(np.float32) / 65535.0
+        notes.append("16-bit grayscale scaled to [0, 1]; gray copied to R, G, B")
+        return np.repeat(np.clip(arr, 0, 1)[..., None], 3, axis=2)
+    if mode == "F":
+        arr = np.asarray(im, dtype=np.float32)
+        top = float(np.nanmax(arr)) if arr.size else 0.0
+        scale = 1.0 if top <= 1.0 else 255.0 if top <= 255.0 else 65535.0
+        notes.append(f"32-bit float grayscale divided by {scale:g}; gray copied to R, G, B")
+        return np.repeat(np.clip(arr / scale, 0, 1)[..., None], 3, axis=2)
+    has_alpha = mode in ("RGBA", "LA", "La", "RGBa", "PA") or (mode == "P" and "transparency" in im.info)
+    if has_alpha:
+        rgba = np.asarray(im.convert("RGBA"), dtype=np.float32) / 255.0
+        if rgba[..., 3].min() < 1.0:
+            notes.append("alpha channel composited on white")
+        return _on_white(rgba[..., :3], rgba[..., 3:4])
+    if mode in ("L", "1"):
+        notes.append("grayscale: gray copied to R, G, B")
+        return np.repeat((np.asarray(im.convert("L"), dtype=np.float32) / 255.0)[..., None], 3, axis=2)
+    if mode != "RGB":
+        notes.append(f"{mode} converted to RGB")
+    return np.asarray(im.convert("RGB"), dtype=np.float32) / 255.0
+
+
+def _array_to_float(arr: np.ndarray, label: str, notes: list[str]) -> np.ndarray:
+    if arr.ndim == 3 and arr.shape[0] in (1, 3) and arr.shape[2] not in (1, 3, 4):
+        arr = np.transpose(arr, (1, 2, 0))  # channels-first → channels-last
+        notes.append("channels-first array transposed")
+    if arr.ndim == 2:
+        arr = arr[..., None]
+    if arr.ndim != 3 or arr.shape[2] not in (1, 3, 4):
+        raise ImageError(f"{label}: array shape {arr.shape} is not an image; expected H×W, H×W×3 or H×W×4")
+    if arr.dtype == np.uint8:
+        f = arr.astype(np.float32) / 255.0
+    elif arr.dtype == np.uint16:
+        f = arr.astype(np.float32) / 65535.0
+        notes.append("16-bit array scaled by 1/65535")
+    elif arr.dtype == np.bool_:
+        f = arr.astype(np.float32)
+    elif np.issubdtype(arr.dtype, np.floating):
+        f = arr.astype(np.float32)
+        if not np.isfinite(f).all():
+            raise ImageError(f"{label}: float array contains NaN or Inf")
+        if f.min() < -1e-6 or f.max() > 1 + 1e-6:
+            raise ImageError(
+                f"{label}: float array values span [{f.min():.3g}, {f.max():.3g}]; "
+                "float images must be in [0, 1] (divide 8-bit values by 255)"
+            )
+        f = np.clip(f, 0.0, 1.0)
+    else:
+        raise ImageError(f"{label}: unsupported array dtype {arr.dtype}; use uint8, uint16 or float in [0, 1]")
+    if f.shape[2] == 4:
+        if f[..., 3].min() < 1.0:
+            notes.append("alpha channel composited on white")
+        f = _on_white(f[..., :3], f[..., 3:4])
+    elif f.shape[2] == 1:
+        notes.append("grayscale: gray copied to R, G, B")
+        f = np.repeat(f, 3, axis=2)
+    return f
+
+
+def decode(source: ImageSource, max_pixels: Optional[int] = None) -> LoadedImage:
+    """Decode a read source into a float32 1×3×H×W tensor in [0, 1]. Raises ImageError."""
+    import torch
+
+    limit = max_pixels or max_pixels_default()
+    notes: list[str] = []
+    fmt = None
+    obj = source.obj
+    if source.data is not None:
+        im = _open_bytes(source.data, source.label, limit)
+        fmt = im.format
+        hwc = _pil_to_float(im, notes)
+    elif isinstance(obj, Image.Image):
+        hwc = _pil_to_float(obj, notes)
+    elif isinstance(obj, np.ndarray):
+        hwc = _array_to_float(obj, source.label, notes)
+    else:  # torch tensor: C×H×W or 1×C×H×W, float in [0, 1]
+        t = obj.detach().cpu()
+        if t.ndim == 4 and t.shape[0] == 1:
+            t = t[0]
+        if t.ndim != 3 or t.shape[0] not in (1, 3, 4):
+            raise ImageError(f"{source.label}: tensor shape {tuple(obj.shape)} is not an image; expected 3×H×W or 1×3×H×W")
+        hwc = _array_to_float(t.permute(1, 2, 0).numpy(), source.label, notes)
+    h, w = hwc.shape[:2]
+    if h == 0 or w == 0:
+        raise ImageError(f"{source.label}: image has no pixels ({w}×{h})")
+    tensor = torch.from_numpy(np.ascontiguousarray(hwc, dtype=np.float32)).permute(2, 0, 1).unsqueeze(0).contiguous()
+    return LoadedImage(tensor=tensor, sha256=source.sha256, size=(w, h), label=source.label, format=fmt, notes=notes)
+
+
+def load_image(src: Any, *, label: Optional[str] = None, max_pixels: Optional[int] = None) -> LoadedImage:
+    """Read and decode one image. Accepts str/Path, bytes, PIL.Image, numpy array, torch tensor."""
+    return decode(read_source(src, label), max_pixels)
