@@ -421,7 +421,7 @@ class PlannerDecision(BaseModel):
     def _distortions(cls, v: Any) -> Any:
         if v is None or v == {} or v == []:
             return None
-        return _listify(_merge_keys(_listify(v), _concat))
+        return _merge_keys(_listify(v), _concat)
 
     @field_validator("distortions")
     @classmethod
