@@ -95,15 +95,16 @@ class Assessor:
     @property
     def registry(self):
         if self._registry is None:
-            from iqa_tools import ToolRegistry
+            from iqa_tools import ToolCache, ToolRegistry
 
             p = self.settings.pipeline
+            cache = ToolCache(p.cache.dir, max_mb=p.cache.max_mb) if p.cache.enabled else False
             self._registry = ToolRegistry(
                 table_paths=p.tools.extra_tables or None,
                 device=p.tools.device,
-                cache=None if p.cache.enabled else False,
+                cache=cache,
                 weights_dir=p.tools.weights_dir,
-                **({"cache_dir": p.cache.dir, "cache_max_mb": p.cache.max_mb} if _accepts_cache_opts() else {}),
+                max_pixels=p.max_image_pixels,
             )
         return self._registry
 
@@ -190,15 +191,6 @@ class Assessor:
     async def assess_async(self, image, query=None, reference=None, **kw) -> AssessmentResult:
         """Concurrent-friendly variant: the assessment runs in a worker thread (LM calls are I/O-bound)."""
         return await asyncio.to_thread(self.assess, image, query, reference, **kw)
-
-
-def _accepts_cache_opts() -> bool:
-    import inspect
-
-    from iqa_tools import ToolRegistry
-
-    params = inspect.signature(ToolRegistry.__init__).parameters
-    return "cache_dir" in params and "cache_max_mb" in params
 
 
 def make_roles(settings: Settings):

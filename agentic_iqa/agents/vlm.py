@@ -219,9 +219,12 @@ class VLMRoles:
         for name in ctx.registry.names():
             spec = ctx.registry.spec(name)
             ok, why = ctx.registry.availability(name)
-            if spec.mode == "FR" and not ctx.has_reference:
-                why = "it is a full-reference tool and no reference image was given"
-            allowed[name] = "" if ok and not why else (why or "not available")
+            if not ok:
+                allowed[name] = why or "it cannot run on this machine"
+            elif spec.mode == "FR" and not ctx.has_reference:
+                allowed[name] = "it is a full-reference tool and no reference image was given"
+            else:
+                allowed[name] = ""
         _allowed_tools.set(allowed)
         # FR tools first when a reference exists (spec 000); NR tools are offered only without one.
         description = ctx.registry.describe_tools("FR", available_only=True) if mode == "FR" else ""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from agentic_iqa.cli import assess as _assess
 from agentic_iqa.cli import tools as _tools
 
 app = typer.Typer(
@@ -14,6 +15,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(_tools.app, name="tools")
+app.command("assess")(_assess.assess_command)
 
 
 def main() -> None:
