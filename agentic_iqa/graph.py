@@ -20,7 +20,7 @@ from agentic_iqa.agents.context import AssessmentContext, Roles
 from agentic_iqa.agents.planner_rules import rule_plan
 from agentic_iqa.agents.tool_execution import execute_tools, required_tool_assignments
 from agentic_iqa.state import AgenticIQAState
-from signatures.models import GLOBAL, OVERALL, ExecutorOutput, PlannerOutput
+from signatures.models import GLOBAL, LEVEL_NAMES, OVERALL, ExecutorOutput, PlannerOutput, SummarizerOutput
 
 log = logging.getLogger("agentic_iqa.graph")
 
@@ -191,8 +191,35 @@ def _summary_failed(state, ctx, exc):
     _error("summarizer", ctx, exc)
     from agentic_iqa.offline.analyst import OfflineRoles
 
-    ctx.trace.add("summarizer", "fallback", "no valid summary from the model; the offline analyst summarized the evidence")
-    return {"summarizer_result": OfflineRoles().summarize(ctx, state["plan"], state["executor_evidence"])}
+    evidence = state.get("executor_evidence") or ExecutorOutput()
+    try:
+        result = OfflineRoles().summarize(ctx, state["plan"], evidence)
+        ctx.trace.add("summarizer", "fallback", "no valid summary from the model; the offline analyst summarized the evidence")
+    except Exception as exc2:  # noqa: BLE001 - the last resort must not fail: tools alone
+        _error("summarizer", ctx, exc2)
+        result = tools_only_summary(ctx, evidence)
+        ctx.trace.add("summarizer", "fallback", "no summarizer could run; the answer rests on the tool scores alone")
+    return {"summarizer_result": result, "replan_requested": False}
+
+
+def tools_only_summary(ctx: AssessmentContext, evidence: ExecutorOutput) -> SummarizerOutput:
+    """Spec 004's failure path: fused from tool scores with uniform level probabilities (3.0 without tools)."""
+    from agentic_iqa.agents.tool_execution import unique_tool_scores
+    from agentic_iqa.fusion import ScoreFusion
+
+    scores = unique_tool_scores(evidence)
+    fused = ScoreFusion(eta=ctx.settings.pipeline.fusion.eta).fuse(scores, prob_mode="uniform")
+    basis = f"the mean of {len(scores)} tool score(s), {fused.qbar:.2f}" if scores else "no evidence (neutral 3.0)"
+    return SummarizerOutput(
+        final_answer=f"{fused.level} ({LEVEL_NAMES[fused.level]}), score {fused.score:.2f}/5" if ctx.scoring
+        else "Unable to answer reliably: no summarizer could run.",
+        quality_reasoning=f"Only tool scores were available: the score rests on {basis}.",
+        level=fused.level if ctx.scoring else None,
+        score=fused.score if ctx.scoring else None,
+        probabilities=fused.probabilities() if ctx.scoring else None,
+        prob_mode="uniform" if ctx.scoring else None,
+        prob_source="tools only (summarizer failed)" if ctx.scoring else None,
+    )
 
 
 def _null(key: str, stage: str):

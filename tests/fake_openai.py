@@ -7,6 +7,7 @@ callable gets the request body and returns a `Reply`.
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -53,8 +54,6 @@ def tokenize_with_letter_logprobs(content: str, letter_probs: dict[str, float] |
     """Split `content` into crude tokens; the first token that is exactly one of A–E right after a
     `"level"` key gets `letter_probs` (letter -> logprob) as its alternatives. Enough to emulate a
     provider that returns top_logprobs for a JSON answer."""
-    import re
-
     tokens = re.findall(r'\w+|[^\w\s]|\s+', content)
     out, seen_level = [], False
     for tok in tokens:
@@ -141,3 +140,48 @@ class FakeOpenAIServer:
 
     def __exit__(self, *exc):
         self.stop()
+
+
+_OUTPUTS = re.compile(r"Your output fields are:\s*(.*?)(?:\n\n|All interactions)", re.S)
+_FIELD = re.compile(r"^\d+\. `(\w+)`", re.M)
+_ROUTES = {"planner_output": "plan", "distortion_set": "detect", "distortion_analysis": "analyze",
+           "selected_tools": "select", "final_answer": "explain", "level": "score"}
+
+
+def route_of(body: dict) -> str:
+    """Which signature a chat request is for, from the output fields DSPy lists in the system message."""
+    system = next((m.get("content") for m in body.get("messages", []) if m.get("role") == "system"), "") or ""
+    if isinstance(system, list):
+        system = "".join(p.get("text", "") for p in system if isinstance(p, dict))
+    m = _OUTPUTS.search(system)
+    fields = _FIELD.findall(m.group(1)) if m else []
+    return _ROUTES.get(fields[0], "unknown") if fields else "unknown"
+
+
+def scripted(routes: dict) -> Callable[[dict], Reply]:
+    """A responder answering each route from its list of replies in order (the last one repeats).
+
+    Values: a dict (sent as JSON, with letter log-probs when it holds "level" and the route's entry in
+    `routes["_logprobs"]`), a str (verbatim), or a Reply."""
+    served: dict[str, int] = {}
+    lock = threading.Lock()
+
+    def respond(body: dict) -> Reply:
+        route = route_of(body)
+        items = routes.get(route)
+        if items is None:
+            return Reply(status=500, error_body={"error": {"message": f"no script for route {route}"}})
+        items = items if isinstance(items, list) else [items]
+        with lock:
+            i = served.get(route, 0)
+            served[route] = i + 1
+        item = items[min(i, len(items) - 1)]
+        if isinstance(item, Reply):
+            return item
+        if isinstance(item, dict):
+            content = json.dumps(item)
+            probs = routes.get("_logprobs") if "level" in item else None
+            return Reply(content=content, logprobs=tokenize_with_letter_logprobs(content, probs))
+        return Reply(content=str(item))
+
+    return respond

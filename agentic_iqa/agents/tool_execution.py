@@ -6,7 +6,7 @@ from typing import Optional
 
 from agentic_iqa.agents.context import AssessmentContext
 from iqa_tools.records import ToolExecutionLog
-from signatures.models import GLOBAL, OVERALL, PlannerOutput
+from signatures.models import GLOBAL, OVERALL, ExecutorOutput, PlannerOutput
 
 
 def required_tool_assignments(
@@ -68,3 +68,12 @@ def execute_tools(
             if ok:
                 scores.setdefault(obj, {})[dist] = (ok[-1].tool_name, ok[-1].normalized_score)
     return logs, scores
+
+
+def unique_tool_scores(evidence: ExecutorOutput) -> list[float]:
+    """One normalized score per tool (a tool serving several distortions counts once in the mean)."""
+    seen: dict[str, float] = {}
+    for by_dist in (evidence.quality_scores or {}).values():
+        for tool, score in by_dist.values():
+            seen.setdefault(tool, score)
+    return list(seen.values())

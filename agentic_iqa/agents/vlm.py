@@ -17,6 +17,7 @@ import dspy  # noqa: E402
 
 from agentic_iqa.agents.context import AssessmentContext  # noqa: E402
 from agentic_iqa.agents.structured import StructuredPredict, StructuredResult  # noqa: E402
+from agentic_iqa.agents.tool_execution import unique_tool_scores  # noqa: E402
 from agentic_iqa.config import Settings  # noqa: E402
 from agentic_iqa.fusion import ScoreFusion  # noqa: E402
 from agentic_iqa.lm import build_role_lms  # noqa: E402
@@ -277,11 +278,3 @@ class VLMRoles:
             + (f"{fused.qbar:.2f} from {len(scores)} score(s)" if fused.qbar is not None else "n/a (no tool scores)"),
         )
 
-
-def unique_tool_scores(evidence: ExecutorOutput) -> list[float]:
-    """One normalized score per tool run (a tool serving several distortions counts once)."""
-    seen: dict[str, float] = {}
-    for obj in (evidence.quality_scores or {}).values():
-        for tool, score in obj.values():
-            seen.setdefault(tool, score)
-    return list(seen.values())

@@ -46,6 +46,12 @@ def luma(x: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(x @ _LUMA)
 
 
+def channel_range(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-pixel max and min over R, G, B (elementwise: numpy's axis=2 reduction is 30x slower)."""
+    r, g, b = x[..., 0], x[..., 1], x[..., 2]
+    return np.maximum(np.maximum(r, g), b), np.minimum(np.minimum(r, g), b)
+
+
 def _blur(y: np.ndarray, sigma: float) -> np.ndarray:
     return cv2.GaussianBlur(y, (0, 0), sigma, borderType=cv2.BORDER_REFLECT)
 
@@ -202,7 +208,8 @@ def measure(image: ImageLike) -> dict[str, float]:
     f, m, c = band_energies(y)
     block_sigmas = noise_sigma_blocks(y) * 255
     p = np.percentile(y255, [1, 5, 50, 95, 99])
-    chroma = x.max(axis=2) - x.min(axis=2)
+    xmax, xmin = channel_range(x)
+    chroma = xmax - xmin
     chroma_cb, chroma_cr = np.ascontiguousarray(x[..., 2] - y), np.ascontiguousarray(x[..., 0] - y)
     local_std = np.sqrt(np.maximum(_blur(y * y, 3.0) - _blur(y, 3.0) ** 2, 0)) * 255
     return {
@@ -235,7 +242,7 @@ def measure(image: ImageLike) -> dict[str, float]:
         "colorfulness": colorfulness(x),
         "chroma_p95": float(np.percentile(chroma, 95) * 255),
         "chroma_mean": float(chroma.mean() * 255),
-        "oversat": float(np.mean((x.max(axis=2) > 0.98) & (x.min(axis=2) < 0.05) & (y > 0.1))),
+        "oversat": float(np.mean((xmax > 0.98) & (xmin < 0.05) & (y > 0.1))),
         "occupancy": level_occupancy(x),
         # sharpening
         "overshoot": halo_overshoot(y),
@@ -280,7 +287,7 @@ def measure_fr(image: ImageLike, reference: ImageLike) -> dict[str, float]:
     detail = yr - _blur(yr, 1.5)
     denom = float(np.sqrt((resid ** 2).sum() * (detail ** 2).sum()))
     sigma, explained = best_blur_fit(yd, yr)
-    cd, cr = xd.max(axis=2) - xd.min(axis=2), xr.max(axis=2) - xr.min(axis=2)
+    cd, cr = np.subtract(*channel_range(xd)), np.subtract(*channel_range(xr))
     cbd, crd = _chroma_planes(xd, yd)
     cbr, crr = _chroma_planes(xr, yr)
     chroma_noise = lambda p, q: float(np.percentile(noise_sigma_blocks(p), 10) + np.percentile(noise_sigma_blocks(q), 10)) * 127.5

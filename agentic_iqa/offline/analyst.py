@@ -1,0 +1,185 @@
+"""The offline analyst: the three roles played without a language model.
+
+- Planner: DESIGN §3's rules applied to the query text (`planner_rules`).
+- Detection / analysis: measured image statistics per spec category (`offline.stats`, `offline.severity`,
+  thresholds fitted on the synthetic benchmark's training split), each with a one-line measured reason.
+- Tool selection: the registry's metadata (strengths; FR tools when a reference exists), restricted to
+  tools that run here.
+- Summarizer: the analyst's own distribution over quality levels (derived from the measured
+  severities) stands in for the VLM's level probabilities and is fused with the tools' scores by the
+  spec's formula (probability mode "analyst"); questions are answered from the severities.
+
+Same state models, graph, registry and fusion as the VLM roles; only the judgement differs.
+"""
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from agentic_iqa.agents.context import AssessmentContext
+from agentic_iqa.agents.planner_rules import mcq_options, named_distortions, rule_plan
+from agentic_iqa.agents.tool_execution import unique_tool_scores
+from agentic_iqa.fusion import ScoreFusion
+from signatures.models import (
+    GLOBAL,
+    LEVEL_NAMES,
+    LEVEL_SCORES,
+    OVERALL,
+    DistortionAnalysis,
+    ExecutorOutput,
+    PlannerOutput,
+    SummarizerOutput,
+)
+
+_YES = re.compile(r"^\s*(yes|true|present|there is)\b", re.I)
+_NO = re.compile(r"^\s*(no|false|absent|there is no)\b", re.I)
+
+
+class OfflineRoles:
+    """Roles played by measurements and rules; see the module docstring."""
+
+    name = "offline analyst"
+
+    def __init__(self, eta: float = 1.0):
+        self.fusion = ScoreFusion(eta=eta, prob_mode="analyst")
+
+    # ── measurements, once per assessment ───────────────────────────────────────────────────────
+
+    def _analyses(self, ctx: AssessmentContext) -> dict:
+        if "analyses" not in ctx.memo:
+            from agentic_iqa.offline import severity
+
+            image = _as_array(ctx, "image", ctx.image_path)
+            reference = _as_array(ctx, "reference", ctx.reference_path) if ctx.reference_path else None
+            if reference is not None and reference.shape != image.shape:
+                ctx.trace.add("analyze", "note", "reference size differs from the image: no-reference statistics used")
+                reference = None
+            ctx.memo["analyses"] = severity.analyze(image, reference)
+        return ctx.memo["analyses"]
+
+    # ── roles ───────────────────────────────────────────────────────────────────────────────────
+
+    def plan(self, ctx: AssessmentContext, replan_reason: Optional[str]) -> PlannerOutput:
+        return rule_plan(
+            ctx.query, has_reference=ctx.has_reference, tool_names=ctx.known_tools(),
+            context={"known_tools": ctx.known_tools()},
+        )
+
+    def detect(self, ctx: AssessmentContext, plan: PlannerOutput) -> dict[str, list[str]]:
+        found = [a.category for a in _ranked(self._analyses(ctx)) if a.severity != "none"]
+        # Statistics are measured on the whole image; regions named in the query get the same findings.
+        return {obj: list(found) for obj in plan.query_scope}
+
+    def analyze(self, ctx: AssessmentContext, plan: PlannerOutput, distortion_set) -> dict[str, list[DistortionAnalysis]]:
+        analyses = self._analyses(ctx)
+        targets = distortion_set or {obj: [a.category for a in _ranked(analyses) if a.severity != "none"] for obj in plan.query_scope}
+        out: dict[str, list[DistortionAnalysis]] = {}
+        for obj, categories in targets.items():
+            items = []
+            for cat in categories:
+                a = analyses.get(cat)
+                if a is not None:
+                    items.append(DistortionAnalysis(type=cat, severity=a.severity, explanation=a.explanation))
+            out[obj] = items
+        return out
+
+    def select(self, ctx: AssessmentContext, plan: PlannerOutput, distortion_set) -> dict[str, dict[str, str]]:
+        mode = "FR" if ctx.has_reference else "NR"
+        tools = ctx.registry.available_tools(mode) or ctx.registry.available_tools("NR")
+        if not tools:
+            return {}
+        targets = distortion_set or {GLOBAL: [OVERALL]}
+        out: dict[str, dict[str, str]] = {}
+        for obj, categories in targets.items():
+            out[obj] = {}
+            for cat in categories or [OVERALL]:
+                strong = [t for t in tools if cat in t.strengths]
+                out[obj][cat] = (strong or tools)[0].name
+        return out
+
+    def summarize(self, ctx: AssessmentContext, plan: PlannerOutput, evidence: ExecutorOutput) -> SummarizerOutput:
+        from agentic_iqa.offline import severity
+
+        analyses = self._analyses(ctx)
+        dist = severity.level_distribution(analyses)
+        expected = severity.expected_level(dist)
+        scores = unique_tool_scores(evidence)
+        fused = self.fusion.fuse(
+            scores, probabilities={str(c): p for c, p in zip(range(1, 6), dist)}, prob_mode="analyst",
+            prob_note=f"analyst distribution from measured severities (expected level {expected:.2f})",
+        )
+        reasoning = _reasoning(analyses, evidence, fused, expected)
+        if ctx.scoring:
+            return SummarizerOutput(
+                final_answer=f"{fused.level} ({LEVEL_NAMES[fused.level]}), score {fused.score:.2f}/5",
+                quality_reasoning=reasoning,
+                level=fused.level,
+                score=fused.score,
+                probabilities=fused.probabilities(),
+                prob_mode="analyst",
+                prob_source=fused.prob_note + (f"; tool mean {fused.qbar:.2f} from {len(scores)} score(s)" if fused.qbar is not None else "; no tool scores"),
+            )
+        answer = answer_question(ctx.query, plan, analyses, fused.level)
+        return SummarizerOutput(final_answer=answer, quality_reasoning=reasoning)
+
+
+def _as_array(ctx: AssessmentContext, key: str, path) -> "object":
+    """The decoded image as float RGB HxWx3, through the registry's loader (16-bit, RGBA, CMYK handled)."""
+    memo_key = f"{key}_array"
+    if memo_key not in ctx.memo:
+        from iqa_tools import load_image
+
+        loaded = load_image(path, max_pixels=ctx.settings.pipeline.max_image_pixels)
+        ctx.memo[memo_key] = loaded.tensor[0].permute(1, 2, 0).numpy()
+    return ctx.memo[memo_key]
+
+
+def _ranked(analyses: dict) -> list:
+    from agentic_iqa.offline.severity import SEVERITIES
+
+    return sorted(analyses.values(), key=lambda a: (SEVERITIES.index(a.severity), a.level), reverse=True)
+
+
+def _reasoning(analyses: dict, evidence: ExecutorOutput, fused, expected: float) -> str:
+    found = [a for a in _ranked(analyses) if a.severity != "none"]
+    parts = [a.explanation for a in found[:3]] or ["No distortion measured above the clean-photo range."]
+    tools = [
+        f"{lg.tool_name} {lg.raw_score:.3g} → {lg.normalized_score:.2f}/5" + (" (fallback)" if lg.fallback else "")
+        for lg in evidence.tool_logs if lg.ok
+    ]
+    tools = list(dict.fromkeys(tools))
+    text = " ".join(parts)
+    if tools:
+        text += " Tools: " + "; ".join(tools) + "."
+    text += f" Measured severities put the expected level at {expected:.2f}; fused with the tools: {fused.score:.2f} ({fused.level})."
+    return text
+
+
+def answer_question(query: str, plan: PlannerOutput, analyses: dict, fused_level: str) -> str:
+    """Answer a multiple-choice, yes/no or open question about distortions from the measured severities."""
+    options = mcq_options(query)
+    asked = [c for dists in (plan.distortions or {}).values() for c in dists] or named_distortions(query)
+    level_of = {c: a.level for c, a in analyses.items()}
+    if options:
+        texts = {k: v.strip().rstrip(".?") for k, v in options.items()}
+        yes = next((k for k, v in texts.items() if _YES.match(v)), None)
+        no = next((k for k, v in texts.items() if _NO.match(v)), None)
+        if yes and no and asked:
+            present = any(analyses[c].severity != "none" for c in asked if c in analyses)
+            return yes if present else no
+        by_category = {k: named_distortions(v) for k, v in texts.items()}
+        if any(by_category.values()):
+            return max(by_category, key=lambda k: max((level_of.get(c, 0.0) for c in by_category[k]), default=-1.0))
+        by_level = {k: LEVEL_SCORES[letter] for k, v in texts.items() for letter, name in LEVEL_NAMES.items() if name.lower() in v.lower()}
+        if by_level:
+            target = LEVEL_SCORES[fused_level]
+            return min(by_level, key=lambda k: abs(by_level[k] - target))
+        return next(iter(texts))  # no option the measurements can speak to; the reasoning says what was measured
+    if asked:
+        found = [f"{c}: {analyses[c].severity}" for c in asked if c in analyses]
+        present = [c for c in asked if c in analyses and analyses[c].severity != "none"]
+        return ("Yes — " if present else "No — ") + "; ".join(found)
+    worst = _ranked(analyses)[0]
+    if worst.severity == "none":
+        return "No distortion stands out; the image measures within the clean-photo range."
+    return f"The most visible distortion is {worst.category.lower()} ({worst.severity})."

@@ -1,0 +1,404 @@
+"""From measured statistics to per-category severities, detections and a quality-level distribution.
+
+Each spec category has one or more *detectors* (``DETECTORS``): "Brightness change" has one for too dark
+and one for too bright, "Color distortions" one each for washed-out, garish and posterized colour,
+"Compression" one for JPEG blocking and one for JPEG2000 smearing. A detector is a weighted sum of a few
+hand-picked features (``FEATURES``) followed by a monotone map onto the benchmark's level scale, both
+fitted on the synthetic benchmark's TRAIN split by ``benchmarks/fit_thresholds.py`` and stored in
+``thresholds.json``: the weights by ridge regression towards the applied level (0 for clean images and
+other distortions), the map by isotonic regression of the level on the weighted sum. Its output
+``level`` is a continuous estimate on 0..5 (0 = absent, 5 = the benchmark's strongest level); a
+category's level is its strongest detector's, and severities cut that scale at fixed points:
+none < 0.5 <= slight < 2.5 <= moderate < 3.5 <= severe < 4.5 <= extreme.
+With a reference image a second set of detectors (mode "fr"), fitted the same way on comparison
+statistics, replaces the no-reference one.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Callable, Iterable, NamedTuple, Optional, Sequence
+
+import numpy as np
+
+from . import stats as st
+
+CATEGORIES = ("Blurs", "Color distortions", "Compression", "Noise", "Brightness change", "Sharpness", "Contrast")
+SEVERITIES = ("none", "slight", "moderate", "severe", "extreme")
+# Lower edges (in estimated level) of slight, moderate, severe, extreme. Benchmark levels 1-2 are
+# slight, 3 moderate, 4 severe, 5 extreme.
+SEVERITY_EDGES = (0.5, 2.5, 3.5, 4.5)
+THRESHOLDS_PATH = Path(__file__).with_name("thresholds.json")
+
+
+def severity_of(level: float) -> str:
+    return SEVERITIES[sum(level >= e for e in SEVERITY_EDGES)]
+
+
+# ------------------------------------------------------------------------------------ features
+# Derived features: logs where a statistic spans orders of magnitude, so a linear weight means
+# "per decade". Each takes the statistics dict (NR, plus fr_* keys in FR mode).
+
+def _log(key: str, eps: float) -> Callable[[dict], float]:
+    return lambda s: math.log10(max(s[key], 0.0) + eps)
+
+
+FEATURES: dict[str, Callable[[dict], float]] = {
+    "reblur": lambda s: s["reblur"],
+    "fine_to_mid": lambda s: s["fine_to_mid"],
+    "mid_to_coarse": lambda s: s["mid_to_coarse"],
+    "edge_sharp": lambda s: s["edge_sharp"],
+    "fine_conc": lambda s: s["fine_conc"],
+    "log_lap_var": _log("lap_var", 1.0),
+    "log_blockiness": lambda s: math.log10(max(s["blockiness"], 1e-3)),
+    "log_noise_flat": _log("noise_flat", 0.1),
+    "log_noise_haar": _log("noise_haar", 0.1),
+    "log_chroma_noise": _log("chroma_noise", 0.05),
+    "log_impulse": _log("impulse", 1e-5),
+    "overshoot": lambda s: s["overshoot"],
+    "median_luma": lambda s: s["median_luma"],
+    "mean_luma": lambda s: s["mean_luma"],
+    "dark_frac": lambda s: s["dark_frac"],
+    "bright_frac": lambda s: s["bright_frac"],
+    "p01": lambda s: s["p01"], "p05": lambda s: s["p05"], "p95": lambda s: s["p95"], "p99": lambda s: s["p99"],
+    "clip_low": lambda s: s["clip_low"], "clip_high": lambda s: s["clip_high"],
+    "log_rms_contrast": _log("rms_contrast", 1.0),
+    "spread": lambda s: s["p95"] - s["p05"],
+    "log_local_contrast": _log("local_contrast", 0.5),
+    "log_chroma_p95": _log("chroma_p95", 1.0),
+    "log_colorfulness": _log("colorfulness", 1.0),
+    "oversat": lambda s: s["oversat"],
+    "occupancy_gap": lambda s: 1.0 - s["occupancy"],
+}
+FR_KEYS = ("fr_mean_shift", "fr_median_shift", "fr_spread_ratio", "fr_contrast_ratio", "fr_fine_gain",
+           "fr_mid_gain", "fr_detail_corr", "fr_blur_sigma", "fr_blur_explained", "fr_noise", "fr_resid_rms",
+           "fr_chroma_noise_gain", "fr_block_gain", "fr_impulse_gain", "fr_chroma_ratio", "fr_occupancy_ratio",
+           "fr_overshoot_gain", "fr_conc_gain")
+for _k in FR_KEYS:
+    FEATURES[_k] = (lambda k: lambda s: s[k])(_k)
+FEATURES["fr_log_noise"] = _log("fr_noise", 0.1)
+FEATURES["fr_log_chroma_noise_gain"] = lambda s: math.log10(max(s["fr_chroma_noise_gain"], 0.0) + 0.05)
+FEATURES["fr_log_impulse_gain"] = lambda s: math.log10(max(s["fr_impulse_gain"], 0.0) + 1e-5)
+FEATURES["fr_log_block_gain"] = lambda s: math.log10(max(s["fr_block_gain"], 0.0) + 0.01)
+
+
+# ------------------------------------------------------------------------------------ detectors
+
+@dataclass(frozen=True)
+class Detector:
+    name: str
+    category: str
+    label: str                      # for explanations: what it found
+    types: tuple[str, ...]          # benchmark types it is trained to fire on
+    nr: tuple[str, ...]             # features used without a reference
+    fr: tuple[str, ...]             # features used with a reference
+    primary: str                    # statistic quoted in the NR explanation
+    primary_fr: str                 # statistic quoted in the FR explanation
+    gate: Optional[Callable[[dict], Optional[str]]] = None  # a reason to report "none" outright
+
+
+def _monochrome(s: dict) -> Optional[str]:
+    # A gray image has no saturation to judge: it may be a black-and-white photo on purpose.
+    if s["chroma_p95"] < 2.0:
+        return "the image is monochrome, so saturation is not judged"
+    return None
+
+
+DETECTORS: tuple[Detector, ...] = (
+    Detector("blur", "Blurs", "blur", ("gaussian blur", "lens blur", "motion blur"),
+             nr=("reblur", "mid_to_coarse", "fine_to_mid", "edge_sharp", "fine_conc"),
+             fr=("fr_fine_gain", "fr_mid_gain", "fr_blur_explained", "fr_conc_gain", "fr_detail_corr"),
+             primary="reblur", primary_fr="fr_fine_gain"),
+    Detector("jpeg", "Compression", "JPEG blocking", ("jpeg",),
+             nr=("log_blockiness",), fr=("fr_log_block_gain",),
+             primary="blockiness", primary_fr="fr_block_gain"),
+    Detector("j2k", "Compression", "wavelet-compression smearing", ("jpeg2000",),
+             nr=("reblur", "fine_conc", "edge_sharp", "log_noise_flat"),
+             fr=("fr_conc_gain", "fr_fine_gain", "fr_blur_explained"),
+             primary="fine_conc", primary_fr="fr_conc_gain"),
+    Detector("noise", "Noise", "noise",
+             ("white noise", "white noise in color component", "impulse noise", "multiplicative noise"),
+             nr=("log_chroma_noise", "log_noise_flat", "log_impulse", "overshoot", "fine_to_mid"),
+             fr=("fr_log_noise", "fr_log_chroma_noise_gain", "fr_log_impulse_gain", "fr_detail_corr"),
+             primary="noise_flat", primary_fr="fr_noise"),
+    Detector("sharpen", "Sharpness", "over-sharpening halos", ("high sharpen",),
+             nr=("overshoot", "edge_sharp", "fine_to_mid", "mid_to_coarse", "log_lap_var", "log_chroma_noise"),
+             fr=("fr_detail_corr", "fr_overshoot_gain", "fr_mid_gain", "fr_fine_gain"),
+             primary="overshoot", primary_fr="fr_overshoot_gain"),
+    Detector("dark", "Brightness change", "too dark", ("darken",),
+             nr=("median_luma", "mean_luma", "dark_frac", "p95"),
+             fr=("fr_median_shift", "fr_mean_shift"),
+             primary="median_luma", primary_fr="fr_median_shift"),
+    Detector("bright", "Brightness change", "too bright", ("brighten",),
+             nr=("median_luma", "mean_luma", "bright_frac", "p05"),
+             fr=("fr_median_shift", "fr_mean_shift"),
+             primary="median_luma", primary_fr="fr_median_shift"),
+    Detector("low_contrast", "Contrast", "low contrast", ("contrast decrease",),
+             nr=("log_rms_contrast", "spread", "p01", "p99", "log_local_contrast"),
+             fr=("fr_spread_ratio", "fr_contrast_ratio", "fr_median_shift"),
+             primary="rms_contrast", primary_fr="fr_contrast_ratio"),
+    Detector("desaturated", "Color distortions", "washed-out colour", ("color saturation 1",),
+             nr=("log_chroma_p95", "log_colorfulness"), fr=("fr_chroma_ratio",),
+             primary="colorfulness", primary_fr="fr_chroma_ratio", gate=_monochrome),
+    Detector("oversaturated", "Color distortions", "over-saturated colour", ("color saturation 2",),
+             nr=("oversat", "log_chroma_p95", "log_colorfulness"), fr=("fr_chroma_ratio",),
+             primary="oversat", primary_fr="fr_chroma_ratio"),
+    Detector("quantized", "Color distortions", "colour banding (too few colours)", ("color quantization",),
+             nr=("occupancy_gap",), fr=("fr_occupancy_ratio",),
+             primary="occupancy", primary_fr="fr_occupancy_ratio"),
+)
+assert {d.category for d in DETECTORS} == set(CATEGORIES)
+
+# Readable names for the statistics quoted in explanations.
+STAT_NAMES = {
+    "reblur": "blur index (0 crisp - 1 smeared)", "blockiness": "8x8 block-edge ratio",
+    "fine_conc": "share of fine detail on the strongest edges", "noise_flat": "noise sigma in flat areas (0-255)",
+    "overshoot": "edge overshoot ratio", "median_luma": "median luminance (0-255)",
+    "rms_contrast": "RMS contrast (0-255)", "colorfulness": "colourfulness", "oversat": "share of clipped saturated pixels",
+    "occupancy": "share of tone levels in use",
+    "fr_fine_gain": "fine-detail energy vs the reference (log10)", "fr_block_gain": "block-edge ratio gain vs the reference",
+    "fr_conc_gain": "detail concentration gain vs the reference", "fr_noise": "added noise sigma (0-255)",
+    "fr_overshoot_gain": "edge overshoot gain vs the reference", "fr_median_shift": "median luminance shift (0-255)",
+    "fr_contrast_ratio": "contrast change vs the reference (log2)", "fr_chroma_ratio": "chroma change vs the reference (log2)",
+    "fr_occupancy_ratio": "tone levels kept vs the reference",
+}
+
+
+# ------------------------------------------------------------------------------------ fitting
+
+def isotonic(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Pool-adjacent-violators: the non-decreasing step fit of y on x. Returns the blocks' weighted
+    mean x and y (strictly increasing y), which ``np.interp`` turns into a monotone map."""
+    order = np.argsort(x, kind="stable")
+    blocks: list[list[float]] = []  # [sum w*x, sum w*y, sum w]
+    for i in order:
+        blocks.append([w[i] * x[i], w[i] * y[i], w[i]])
+        while len(blocks) > 1 and blocks[-2][1] / blocks[-2][2] >= blocks[-1][1] / blocks[-1][2]:
+            last = blocks.pop()
+            for k in range(3):
+                blocks[-1][k] += last[k]
+    bx = np.array([b[0] / b[2] for b in blocks])
+    by = np.array([b[1] / b[2] for b in blocks])
+    return bx, by
+
+
+def fit_detector(features: np.ndarray, target: np.ndarray, weight: np.ndarray, ridge: float = 1.0) -> dict:
+    """Weighted ridge regression of the target level on standardized features, then an isotonic map
+    from the resulting score to the level."""
+    mean, std = features.mean(axis=0), features.std(axis=0)
+    std[std < 1e-9] = 1.0
+    z = (features - mean) / std
+    a = np.hstack([z, np.ones((len(z), 1))])
+    reg = np.diag([ridge] * z.shape[1] + [0.0])
+    aw = a * weight[:, None]
+    coef = np.linalg.solve(a.T @ aw + reg * weight.sum() / len(weight), aw.T @ target)
+    score = a @ coef
+    kx, ky = isotonic(score, target, weight)
+    pred = np.interp(score, kx, ky)
+    rmse = float(np.sqrt(np.average((pred - target) ** 2, weights=weight)))
+    return {"mean": mean.tolist(), "std": std.tolist(), "coef": coef[:-1].tolist(), "intercept": float(coef[-1]),
+            "knots_x": kx.tolist(), "knots_y": ky.tolist(), "rmse": rmse}
+
+
+def fit_all(samples: Sequence[tuple[dict, Optional[str], int]], ridge: float = 1.0) -> dict:
+    """Fit every detector in both modes. ``samples``: (statistics, type or None for a clean reference,
+    level). Each detector's positives are its own types at their level; everything else has level 0,
+    except types with no spec category (e.g. pixelate), which are left out. Positives and negatives get
+    equal total weight, so the few positives are not drowned by the many negatives."""
+    from agentic_iqa.bench.manifest import KNOWN_TYPES
+
+    usable = [s for s in samples if s[1] is None or KNOWN_TYPES.get(s[1]) is not None]
+    out: dict = {"nr": {}, "fr": {}}
+    for det in DETECTORS:
+        for mode in ("nr", "fr"):
+            names = det.nr if mode == "nr" else det.fr
+            rows = [s for s in usable if mode == "nr" or "fr_fine_gain" in s[0]]
+            if det.gate:
+                rows = [s for s in rows if det.gate(s[0]) is None]
+            x = np.array([[FEATURES[f](s[0]) for f in names] for s in rows], dtype=float)
+            pos = np.array([s[1] in det.types for s in rows])
+            y = np.where(pos, [s[2] for s in rows], 0).astype(float)
+            w = np.where(pos, 0.5 / max(pos.sum(), 1), 0.5 / max((~pos).sum(), 1))
+            fit = fit_detector(x, y, w, ridge)
+            fit["features"] = list(names)
+            fit["clean"] = _clean_range(det, mode, samples)
+            fit["by_level"] = _primary_by_level(det, mode, samples)
+            out[mode][det.name] = fit
+    return out
+
+
+def _primary_value(det: Detector, mode: str, s: dict) -> float:
+    return float(s[det.primary if mode == "nr" else det.primary_fr])
+
+
+def _clean_range(det: Detector, mode: str, samples) -> list[float]:
+    vals = [_primary_value(det, mode, s) for s, t, _ in samples if t is None and (det.gate is None or det.gate(s) is None)]
+    if not vals:
+        return [float("nan")] * 3
+    return [float(v) for v in np.percentile(vals, [10, 50, 90])]
+
+
+def _primary_by_level(det: Detector, mode: str, samples) -> dict[str, float]:
+    out = {}
+    for level in range(1, 6):
+        vals = [_primary_value(det, mode, s) for s, t, l in samples if t in det.types and l == level]
+        if vals:
+            out[str(level)] = float(np.median(vals))
+    return out
+
+
+# ------------------------------------------------------------------------------------ applying
+
+@lru_cache(maxsize=4)
+def load_thresholds(path: str = str(THRESHOLDS_PATH)) -> dict:
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"{p} is missing: run benchmarks/fit_thresholds.py to fit it")
+    return json.loads(p.read_text())
+
+
+@dataclass
+class CategoryAnalysis:
+    """One category's measured verdict."""
+    category: str
+    severity: str                    # none / slight / moderate / severe / extreme
+    level: float                     # continuous 0..5 (0 = absent, 5 = the benchmark's strongest level)
+    confidence: float                # 0..1
+    explanation: str                 # one measured line
+    detector: str                    # the strongest detector of the category
+    evidence: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def badness(self) -> float:
+        return self.level / 5.0
+
+
+class Detection(NamedTuple):
+    category: str
+    severity: str
+    confidence: float
+    explanation: str
+
+
+def _detector_level(fit: dict, s: dict) -> tuple[float, float]:
+    x = np.array([FEATURES[f](s) for f in fit["features"]])
+    z = (x - np.array(fit["mean"])) / np.array(fit["std"])
+    score = float(z @ np.array(fit["coef"]) + fit["intercept"])
+    return float(np.interp(score, fit["knots_x"], fit["knots_y"])), score
+
+
+def _confidence(level: float, rmse: float) -> float:
+    """High when the detector is accurate on training data (low rmse) and the level is far from a
+    severity edge; never certain, since these are statistics, not perception."""
+    margin = min(abs(level - e) for e in SEVERITY_EDGES)
+    return round(float(np.clip((1 - rmse / 5) * (0.55 + 0.45 * min(margin / 0.5, 1.0)), 0.05, 0.95)), 3)
+
+
+def _explain(det: Detector, mode: str, fit: dict, s: dict, level: float) -> str:
+    key = det.primary if mode == "nr" else det.primary_fr
+    value = float(s[key])
+    name = STAT_NAMES.get(key, key)
+    lo, mid, hi = fit["clean"]
+    verdict = severity_of(level)
+    if mode == "fr":
+        basis = f"{name} {value:.3g} (an unchanged copy gives {mid:.3g})"
+    else:
+        basis = f"{name} {value:.3g}; clean training photos measure {lo:.3g}-{hi:.3g}"
+    if verdict == "none":
+        return f"No {det.label} measured: {basis}."
+    return f"{verdict.capitalize()} {det.label}: {basis}."
+
+
+def analyze_stats(nr: dict, fr: Optional[dict] = None, thresholds: Optional[dict] = None) -> dict[str, CategoryAnalysis]:
+    """Per-category analysis from precomputed statistics (``stats.measure`` / ``stats.measure_fr``)."""
+    th = thresholds or load_thresholds()
+    mode = "fr" if fr else "nr"
+    s = {**nr, **(fr or {})}
+    best: dict[str, CategoryAnalysis] = {}
+    for det in DETECTORS:
+        fit = th[mode][det.name]
+        reason = det.gate(s) if det.gate else None
+        level = 0.0 if reason else min(max(_detector_level(fit, s)[0], 0.0), 5.0)
+        key = det.primary if mode == "nr" else det.primary_fr
+        text = f"No {det.label} judged: {reason}." if reason else _explain(det, mode, fit, s, level)
+        cand = CategoryAnalysis(det.category, severity_of(level), round(level, 3), _confidence(level, fit["rmse"]),
+                                text, det.name, {key: round(float(s[key]), 5)})
+        cur = best.get(det.category)
+        if cur is None or cand.level > cur.level:
+            if cur is not None:
+                cand.evidence = {**cur.evidence, **cand.evidence}
+            best[det.category] = cand
+        else:
+            cur.evidence.update(cand.evidence)
+    return {c: best[c] for c in CATEGORIES}
+
+
+def analyze(image: st.ImageLike, reference: Optional[st.ImageLike] = None,
+            thresholds: Optional[dict] = None) -> dict[str, CategoryAnalysis]:
+    """Measure an image (and, if given, compare it with its reference) and judge every category."""
+    x = st.as_float_rgb(image)
+    fr = st.measure_fr(x, reference) if reference is not None else None
+    return analyze_stats(st.measure(x), fr, thresholds)
+
+
+def _rank(a: CategoryAnalysis) -> tuple:
+    return (SEVERITIES.index(a.severity), a.level)
+
+
+def detect(image: st.ImageLike, reference: Optional[st.ImageLike] = None, include_none: bool = False,
+           analyses: Optional[dict[str, CategoryAnalysis]] = None) -> list[Detection]:
+    """Distortions found, worst first: (category, severity, confidence, explanation). Categories judged
+    "none" are left out unless ``include_none``; pass ``analyses`` to reuse an ``analyze`` result."""
+    analyses = analyses or analyze(image, reference)
+    ranked = sorted(analyses.values(), key=_rank, reverse=True)
+    return [Detection(a.category, a.severity, a.confidence, a.explanation)
+            for a in ranked if include_none or a.severity != "none"]
+
+
+# ------------------------------------------------------------------------------------ levels
+
+def overall_badness(analyses: dict[str, CategoryAnalysis] | Iterable[CategoryAnalysis]) -> float:
+    """Combined distortion level on 0..5: a cubic norm of the category levels, so the worst category
+    dominates (one extreme distortion is as bad as it gets) while several milder ones add up."""
+    items = analyses.values() if isinstance(analyses, dict) else analyses
+    levels = np.array([a.level for a in items], dtype=float)
+    return float(min(5.0, np.sum(levels ** 3) ** (1 / 3)))
+
+
+def _gauss_levels(mu: float, spread: float) -> np.ndarray:
+    c = np.arange(1, 6)
+    p = np.exp(-0.5 * ((c - mu) / spread) ** 2)
+    return p / p.sum()
+
+
+def level_distribution(analyses: dict[str, CategoryAnalysis] | Iterable[CategoryAnalysis]) -> list[float]:
+    """Probabilities of quality levels 1..5 (1 = bad, 5 = excellent) from the measured severities.
+
+    How: the combined badness B (``overall_badness``, 0..5, worst category dominating) gives a target
+    quality q = 5 - 0.8 B (no distortion -> 5, an extreme one -> 1). The distribution is a discretized
+    Gaussian over 1..5 whose centre is solved so that its expectation equals q exactly (so the
+    expectation is a monotone, tie-free quality score), with a spread that widens as the confidence
+    of the worst category falls (0.45 level when certain, up to 1.05 when not).
+    """
+    items = list(analyses.values() if isinstance(analyses, dict) else analyses)
+    q = float(np.clip(5.0 - 0.8 * overall_badness(items), 1.02, 4.98))
+    worst = max(items, key=lambda a: a.level) if items else None
+    conf = worst.confidence if worst else 0.5
+    spread = 0.45 + 0.6 * (1.0 - conf)
+    lo, hi = -3.0, 9.0
+    for _ in range(60):  # bisection: the expectation grows monotonically with the centre
+        mid = (lo + hi) / 2
+        if float(_gauss_levels(mid, spread) @ np.arange(1, 6)) < q:
+            lo = mid
+        else:
+            hi = mid
+    return [round(float(p), 6) for p in _gauss_levels((lo + hi) / 2, spread)]
+
+
+def expected_level(distribution: Sequence[float]) -> float:
+    """Expectation of a distribution over levels 1..5."""
+    p = np.asarray(distribution, dtype=float)
+    return float(p @ np.arange(1, 6) / p.sum())

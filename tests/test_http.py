@@ -1,0 +1,111 @@
+"""The real HTTP path: DSPy's LM client talking to a local OpenAI-compatible server (127.0.0.1)."""
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+
+from canned import disable_dspy_cache, valid_reply, write_test_image
+from fake_openai import FakeOpenAIServer, Reply, route_of, scripted
+
+from agentic_iqa.api import Assessor
+from agentic_iqa.config import load_settings
+from agentic_iqa.fusion import ScoreFusion
+
+LOGPROBS = {"A": -2.5, "B": -0.5, "C": -1.1, "D": -3.0, "E": -5.0}
+SELECT_PIQE = {"selected_tools": {"Global": {"Blurs": "PIQE", "Noise": "PIQE"}}}
+SELECT_FR = {"selected_tools": {"Global": {"Blurs": "SSIM", "Noise": "PSNR"}}}
+
+
+@pytest.fixture(autouse=True)
+def _env(monkeypatch):
+    disable_dspy_cache()
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory):
+    d = tmp_path_factory.mktemp("http")
+    return write_test_image(d / "photo.jpg", size=(96, 72), quality=55), write_test_image(d / "ref.png", size=(96, 72), fmt="PNG")
+
+
+def assessor(tmp_path, srv, **kw):
+    s = load_settings(tmp_path, lm="openai/fake-vlm", api_base=srv.base_url, cache={"enabled": False}, **kw)
+    for role in ("planner", "executor", "summarizer"):
+        s.backends.role(role).num_retries = 2
+        s.backends.role(role).timeout = 10
+    return Assessor(s)
+
+
+def scoring_routes(select=SELECT_PIQE, **extra):
+    return {
+        "plan": valid_reply("plan"), "detect": valid_reply("detect"), "analyze": valid_reply("analyze"),
+        "select": select, "score": valid_reply("score", level="B"), "_logprobs": LOGPROBS, **extra,
+    }
+
+
+def test_nr_scoring_over_http_sends_original_bytes_and_fuses_logprobs(tmp_path, images):
+    img, _ = images
+    with FakeOpenAIServer(scripted(scoring_routes())) as srv:
+        result = assessor(tmp_path, srv).assess(img, "Rate the quality of this photo")
+    bodies = [r["body"] for r in srv.requests]
+    assert sorted(route_of(b) for b in bodies) == ["analyze", "detect", "plan", "score", "select"]
+    # The image arrives as an image_url data URL holding the file's own bytes.
+    parts = [p for b in bodies for m in b["messages"] if isinstance(m.get("content"), list) for p in m["content"]]
+    urls = [p["image_url"]["url"] for p in parts if p.get("type") == "image_url"]
+    assert urls and all(u.startswith("data:image/jpeg;base64,") for u in urls)
+    assert base64.b64decode(urls[0].split(",", 1)[1]) == img.read_bytes()
+    # Log-probs were requested from the summarizer and drive the fused score.
+    score_body = next(b for b in bodies if route_of(b) == "score")
+    assert score_body.get("logprobs") is True and score_body.get("top_logprobs") == 5
+    piqe = next(lg for lg in result.evidence.tool_logs if lg.ok)
+    expected = ScoreFusion().fuse([piqe.normalized_score], level_logprobs=LOGPROBS)
+    assert result.result.prob_mode == "logits"
+    assert result.score == pytest.approx(expected.score, abs=1e-9)
+
+
+def test_fr_scoring_over_http_uses_fr_tools(tmp_path, images):
+    img, ref = images
+    with FakeOpenAIServer(scripted(scoring_routes(select=SELECT_FR))) as srv:
+        result = assessor(tmp_path, srv).assess(img, "Rate the quality of this photo", ref)
+    assert result.plan.reference_mode == "Full-Reference"
+    tools = {lg.tool_name for lg in result.evidence.tool_logs if lg.ok}
+    assert tools == {"SSIM", "PSNR"}
+    select_body = next(r["body"] for r in srv.requests if route_of(r["body"]) == "select")
+    assert "Full-Reference" in json.dumps(select_body)
+
+
+def test_mcq_over_http(tmp_path, images):
+    img, _ = images
+    routes = {
+        "plan": valid_reply("plan", query_scope=["sky"], distortion_source="Explicit", distortions={"sky": ["Blurs"]},
+                            plan={"distortion_detection": False, "distortion_analysis": True, "tool_selection": False, "tool_execution": False}),
+        "analyze": {"distortion_analysis": {"sky": [{"type": "Blurs", "severity": "none", "explanation": "crisp"}]}},
+        "explain": valid_reply("explain", final_answer="B"),
+    }
+    with FakeOpenAIServer(scripted(routes)) as srv:
+        result = assessor(tmp_path, srv).assess(img, "Is the sky blurry? A. Yes B. No")
+    assert result.mode == "answer" and result.answer == "B" and result.lm_calls == 3
+
+
+def test_replan_over_http(tmp_path, images):
+    img, _ = images
+    routes = scoring_routes(score=[valid_reply("score", level="C", need_replan=True, replan_reason="check the noise again"),
+                                   valid_reply("score", level="B")])
+    with FakeOpenAIServer(scripted(routes)) as srv:
+        result = assessor(tmp_path, srv).assess(img, "Rate this photo")
+    plans = [r["body"] for r in srv.requests if route_of(r["body"]) == "plan"]
+    assert result.replans == 1 and len(plans) == 2
+    assert "check the noise again" in json.dumps(plans[1])
+
+
+@pytest.mark.parametrize("status,headers", [(429, {"Retry-After": "0"}), (500, {})])
+def test_transient_http_errors_are_retried(tmp_path, images, status, headers):
+    img, _ = images
+    routes = scoring_routes(plan=[Reply(status=status, headers=headers), valid_reply("plan")])
+    with FakeOpenAIServer(scripted(routes)) as srv:
+        result = assessor(tmp_path, srv).assess(img, "Rate this photo")
+    plans = [r for r in srv.requests if route_of(r["body"]) == "plan"]
+    assert len(plans) == 2  # the failed call and its retry
+    assert result.score is not None and not result.fallbacks
