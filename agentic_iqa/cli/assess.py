@@ -26,8 +26,10 @@ def assess_command(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Show timings, tool logs and the trace."),
 ) -> None:
     """Assess an image's quality, or answer a question about it, with evidence from real IQA tools."""
+    from agentic_iqa.cli.common import setup_logging
     from agentic_iqa.config import ConfigError
 
+    setup_logging(verbose)
     if mode not in {"auto", "score", "answer"}:
         fail(f"--mode must be auto, score or answer (got {mode!r})")
     try:

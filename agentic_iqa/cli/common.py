@@ -18,3 +18,12 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
 
     Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {message}")
     raise typer.Exit(code)
+
+
+def setup_logging(verbose: bool = False) -> None:
+    """Degradations are reported in the result (fallbacks, notes); log lines only with --verbose."""
+    import logging
+
+    logging.basicConfig(level=logging.INFO if verbose else logging.CRITICAL, format="%(levelname)s %(name)s: %(message)s")
+    for noisy in ("LiteLLM", "litellm", "httpx", "httpcore", "urllib3"):
+        logging.getLogger(noisy).setLevel(logging.WARNING if verbose else logging.CRITICAL)
