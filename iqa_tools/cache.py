@@ -54,6 +54,8 @@ class ToolCache:
     """SQLite-backed cache of raw tool scores. Thread-safe; safe for concurrent processes."""
 
     def __init__(self, directory: Optional[Path | str] = None, *, max_mb: float = 256, timeout: float = 30.0):
+        if not max_mb > 0:
+            raise ValueError(f"max_mb must be positive, got {max_mb}")
         self.path = Path(directory).expanduser() / FILENAME if directory else user_cache_dir() / FILENAME
         self.max_bytes = int(max_mb * 1024 * 1024)
         self.timeout = timeout
@@ -71,6 +73,7 @@ class ToolCache:
             conn = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable across app crashes, fast commits
+            conn.execute("PRAGMA journal_size_limit=1048576")  # the WAL file shrinks back to 1 MB after checkpoints
             conn.executescript(_SCHEMA)
             self._conn = conn
         except (sqlite3.Error, OSError) as exc:

@@ -67,6 +67,13 @@ class ToolSpec(BaseModel):
             raise ValueError(f"must be [low, high] with low < high, got {list(v)}")
         return v
 
+    @field_validator("beta", mode="before")
+    @classmethod
+    def _beta_five(cls, v):
+        if v is not None and (not isinstance(v, (list, tuple)) or len(v) != 5):
+            raise ValueError(f"must be the five logistic parameters [β1, β2, β3, β4, β5] or null, got {v!r}")
+        return v
+
     @field_validator("beta")
     @classmethod
     def _beta_finite(cls, v):

@@ -1,0 +1,18 @@
+"""Shared test setup. Keep it small; fixtures used by one test file belong in that file."""
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _hermetic_env(tmp_path_factory):
+    """No test touches the user's cache or the network: our cache dir is a temp dir, the HF hub is offline."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("AGENTIC_IQA_CACHE_DIR", str(tmp_path_factory.mktemp("agentic-iqa-cache")))
+    mp.setenv("HF_HUB_OFFLINE", "1")
+    mp.delenv("AGENTIC_IQA_OFFLINE", raising=False)
+    mp.delenv("AGENTIC_IQA_TOOL_FILES", raising=False)
+    mp.delenv("AGENTIC_IQA_WEIGHTS_DIR", raising=False)
+    mp.delenv("AGENTIC_IQA_DEVICE", raising=False)
+    yield
+    mp.undo()
