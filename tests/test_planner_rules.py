@@ -1,0 +1,34 @@
+"""DESIGN §3's planner rules, applied by code (the offline planner and the VLM planner's fallback)."""
+from __future__ import annotations
+
+import pytest
+
+from agentic_iqa.agents.planner_rules import mcq_options, rule_plan
+
+TOOLS = ["TOPIQ_FR", "QAlign", "LPIPS", "PSNR", "PIQE", "MS-SSIM"]
+F = lambda d, a, s, e: {"distortion_detection": d, "distortion_analysis": a, "tool_selection": s, "tool_execution": e}  # noqa: E731
+
+
+# The paper's worked cases (DESIGN §3 flag table) plus the other rows of the table.
+@pytest.mark.parametrize("query,ref,qtype,scope,source,dists,tools,flags", [
+    ("Is the sky in this photo blurry? A. Yes B. No", False, "IQA", ["sky"], "Explicit", {"sky": ["Blurs"]}, None, F(False, True, False, False)),
+    ("Use LPIPS to check the compression artifacts on the building.", True, "IQA", ["building"], "Explicit", {"building": ["Compression"]}, ["LPIPS"], F(False, True, False, True)),
+    ("Rate the quality of this image with QAlign.", False, "IQA", ["Global"], "Inferred", None, ["QAlign"], F(True, True, False, True)),
+    ("How good is the overall quality of this image?", False, "IQA", ["Global"], "Inferred", None, None, F(True, True, True, True)),
+    ("Does this photo feel calm or tense?", False, "Other", ["Global"], "Inferred", None, None, F(False, False, False, False)),
+    ("How does the building look?", False, "IQA", ["building"], "Inferred", None, None, F(True, True, False, False)),
+    ("Which distortion is most visible? A. Blurs B. Noise C. Compression", False, "IQA", ["Global"], "Explicit", {"Global": ["Blurs", "Noise", "Compression"]}, None, F(False, True, True, True)),
+    ("Is the image noisy?", False, "IQA", ["Global"], "Explicit", {"Global": ["Noise"]}, None, F(False, True, True, True)),
+])
+def test_flag_table(query, ref, qtype, scope, source, dists, tools, flags):
+    p = rule_plan(query, has_reference=ref, tool_names=TOOLS)
+    assert (p.query_type, p.query_scope, p.distortion_source, p.distortions, p.required_tool) == (qtype, scope, source, dists, tools)
+    assert p.plan.model_dump() == flags
+    assert p.reference_mode == ("Full-Reference" if ref else "No-Reference")
+    assert p.plan == p.expected_flags()  # agrees with the models' own statement of the rules
+
+
+def test_mcq_options_are_parsed():
+    assert mcq_options("Is it blurry? A. Yes B. No") == {"A": "Yes", "B": "No"}
+    assert mcq_options("Rate it. A) Good B) Bad C) Fair") == {"A": "Good", "B": "Bad", "C": "Fair"}
+    assert mcq_options("Rate this photo") == {}
