@@ -5,7 +5,10 @@ File layout (never pickle):
                              "fixtures": {...sha256...}, "scores": {...}, "created": ISO-8601},
      "state": <dspy Module.dump_state()>}
 A program is refused, with a message saying why, when it was compiled for another module or another
-signature version.
+signature version, when its state does not fit the module, or when it carries LM settings of its own
+(a program holds instructions and demos; the LM always comes from the configuration).
+`agentic-iqa compile` (optimizers.runner) writes these files; `assess --program`, `programs:` in
+pipeline.yaml and `VLMRoles.load_program` read them.
 """
 from __future__ import annotations
 
@@ -25,11 +28,20 @@ def _signature_version() -> str:
     return SIGNATURE_VERSION
 
 
+def _signature_fingerprint() -> str:
+    from signatures import signature_fingerprint
+
+    return signature_fingerprint()
+
+
 def save_program(module_obj: Any, module: str, path: str | Path, **metadata) -> Path:
+    """Write `module_obj`'s state (instructions, demos) with a header; `metadata` joins the header."""
     path = Path(path)
     header = {
         "module": module,
         "signature_version": _signature_version(),
+        # Informational: which exact field layout the demos were written for (the version is what is checked).
+        "signature_fingerprint": _signature_fingerprint(),
         "created": datetime.now(timezone.utc).isoformat(),
         **metadata,
     }
@@ -51,6 +63,8 @@ def read_program(path: str | Path) -> tuple[dict, dict]:
         raise ProgramError(f"compiled program {path} is not a readable JSON file ({exc})") from None
     if not isinstance(payload, dict) or "agentic_iqa_program" not in payload or "state" not in payload:
         raise ProgramError(f"{path} is not an agentic-iqa compiled program (no 'agentic_iqa_program' header)")
+    if not isinstance(payload["agentic_iqa_program"], dict):
+        raise ProgramError(f"{path}: the 'agentic_iqa_program' header must be a JSON object")
     return payload["agentic_iqa_program"], payload["state"]
 
 
@@ -65,6 +79,15 @@ def load_program(modules: Mapping[str, Any], module: str, path: str | Path) -> d
         raise ProgramError(
             f"{path} was compiled for signature version {header.get('signature_version')!r}, but this agentic-iqa "
             f"uses version {_signature_version()!r}; compile it again"
+        )
+    if not isinstance(state, dict):
+        raise ProgramError(f"{path} has no module state (expected a JSON object under 'state')")
+    carrying_lm = sorted(name for name, sub in state.items() if isinstance(sub, dict) and sub.get("lm"))
+    if carrying_lm:
+        # DSPy would rebuild an LM from these settings and use it instead of the configured one.
+        raise ProgramError(
+            f"{path} sets its own LM for {', '.join(carrying_lm)}; compiled programs may hold instructions and "
+            "demos only (the LM comes from the configuration)"
         )
     try:
         modules[module].load_state(state)
