@@ -217,7 +217,8 @@ def _lm_name(lm: Any) -> Optional[str]:
     return getattr(lm, "model", None) if lm is not None else None
 
 
-def _require_optuna() -> None:
+def require_optuna() -> None:
+    """Raise CompileError unless optuna (MIPROv2's search library) is importable."""
     try:
         import optuna  # noqa: F401
     except ImportError:
@@ -248,7 +249,7 @@ def _optimize(
             teacher_settings={"lm": teacher_lm} if teacher_lm is not None else None,
         ).compile(program, trainset=train)
     if opt == "mipro":
-        _require_optuna()
+        require_optuna()
         if len(train) < 4:
             raise CompileError(f"MIPROv2 needs at least 4 training examples per predictor, got {len(train)}")
         # MIPROv2 searches on its own validation split: half the training fixtures, never the real valset.
@@ -311,7 +312,7 @@ def compile_module(
         flag = "--teacher" if opt == "mipro" else "--reflection-lm"
         raise CompileError(f"{what}, and none is configured: pass --lm MODEL or {flag} MODEL")
     if opt == "mipro":
-        _require_optuna()
+        require_optuna()
 
     t0 = time.perf_counter()
     parts = part_programs(module, catalog, options.max_retries)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from agentic_iqa.cli import assess as _assess
+from agentic_iqa.cli import compile as _compile
 from agentic_iqa.cli import tools as _tools
 
 app = typer.Typer(
@@ -16,6 +17,8 @@ app = typer.Typer(
 )
 app.add_typer(_tools.app, name="tools")
 app.command("assess")(_assess.assess_command)
+app.command("compile")(_compile.compile_command)
+app.add_typer(_compile.fixtures_app, name="fixtures")
 
 
 def main() -> None:

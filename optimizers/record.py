@@ -1,0 +1,215 @@
+"""Turn saved assessments (`agentic-iqa assess --save-trace run.json`) into fixture lines.
+
+Each trace yields up to one line per module, from what the pipeline did:
+
+- planner:   the query, whether a reference was given, and the plan;
+- detect:    the distortion set, when detection ran;
+- analyze:   the severities of the distortion analysis;
+- select:    the chosen tools (each counted acceptable), when tool selection ran;
+- summarize: the answer (explain mode) or level (score mode) with the evidence the Summarizer read.
+
+These labels are the pipeline's own answers until someone checks them: lines say so in
+`label_source`, and the summarizer label can be given outright (`level=` / `answer=`). A recorded
+plan whose flags contradict DESIGN §3's rules for its own fields is reported, since it would teach
+the contradiction. Images are copied next to the fixture files (under images/, named by content
+hash) so a fixture folder stays usable when the original files move.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+from pydantic import ValidationError
+
+from optimizers.fixtures import FIXTURE_FILES, LINE_MODELS, ToolCatalog, default_catalog
+from signatures.models import ExecutorOutput, PlannerOutput, normalize_level
+
+RECORDED = "recorded (the pipeline's own answer: review before training on it)"
+
+
+class RecordError(ValueError):
+    """A trace file cannot be turned into fixtures."""
+
+
+@dataclass
+class RecordResult:
+    lines: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # module -> new lines
+    skipped: list[str] = field(default_factory=list)    # "module: why" for what could not be recorded
+    warnings: list[str] = field(default_factory=list)
+
+
+def _read_trace(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise RecordError(f"trace file {path} does not exist") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise RecordError(f"trace file {path} is not readable JSON ({exc})") from None
+    if not isinstance(data, dict) or not {"query", "image", "result"} <= set(data):
+        raise RecordError(f"{path} is not a saved assessment (expected the JSON written by assess --save-trace)")
+    return data
+
+
+def _find_image(raw: str, trace_path: Path) -> Path:
+    p = Path(raw)
+    for candidate in (p, trace_path.parent / p):
+        if candidate.is_file():
+            return candidate.resolve()
+    raise RecordError(f"image {raw} named in {trace_path} was not found (looked relative to the current "
+                      f"directory and to the trace file)")
+
+
+def _place_image(src: Path, out_dir: Path, copy: bool) -> str:
+    """The image path to write in a fixture line (relative to out_dir)."""
+    if copy:
+        digest = hashlib.sha256(src.read_bytes()).hexdigest()[:16]
+        dest = out_dir / "images" / f"{digest}{src.suffix.lower()}"
+        if not dest.exists():
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, dest)
+        return dest.relative_to(out_dir).as_posix()
+    try:
+        return Path(os.path.relpath(src, out_dir.resolve())).as_posix()
+    except ValueError:  # another drive on Windows
+        return str(src)
+
+
+def lines_from_trace(
+    trace_path: str | Path,
+    out_dir: str | Path,
+    *,
+    modules: Iterable[str] = FIXTURE_FILES,
+    split: str = "train",
+    level: Optional[str] = None,
+    answer: Optional[str] = None,
+    copy_images: bool = True,
+    catalog: Optional[ToolCatalog] = None,
+) -> RecordResult:
+    """Fixture lines (validated, not yet written) for one saved assessment."""
+    trace_path = Path(trace_path)
+    out_dir = Path(out_dir)
+    catalog = catalog or default_catalog()
+    data = _read_trace(trace_path)
+    modules = list(modules)
+    unknown = [m for m in modules if m not in FIXTURE_FILES]
+    if unknown:
+        raise RecordError(f"unknown module(s) {unknown}; use {', '.join(FIXTURE_FILES)}")
+    if split not in ("train", "val"):
+        raise RecordError(f"split must be train or val, got {split!r}")
+    if level is not None and normalize_level(level) not in ("A", "B", "C", "D", "E"):
+        raise RecordError(f"level must be one of A-E, got {level!r}")
+    context = {"known_tools": catalog.names}
+    try:
+        plan = PlannerOutput.model_validate(data["plan"], context=context) if data.get("plan") else None
+        evidence = ExecutorOutput.model_validate(data["evidence"]) if data.get("evidence") else None
+    except ValidationError as exc:
+        raise RecordError(f"{trace_path}: the saved plan or evidence does not validate: {exc.errors()[0]['msg']}") from None
+    result = data["result"] or {}
+    image = _place_image(_find_image(data["image"], trace_path), out_dir, copy_images)
+    key = hashlib.sha256(json.dumps([data["query"], data["image"], data.get("reference"), result],
+                                    sort_keys=True, default=str).encode()).hexdigest()[:12]
+    common = {"split": split, "source": f"recorded:{trace_path.name}", "label_source": RECORDED,
+              "meta": {"trace": str(trace_path), "backend": data.get("backend")}}
+    out = RecordResult()
+    candidates: dict[str, dict[str, Any]] = {}
+
+    if "planner" in modules:
+        if plan is None:
+            out.skipped.append("planner: the trace has no plan")
+        else:
+            decision = plan.model_dump(mode="json", exclude={"reference_mode"})
+            candidates["planner"] = {"query": data["query"], "image": image, "has_reference": data.get("reference") is not None,
+                                     "planner_output": decision}
+            expected = plan.expected_flags()
+            if plan.plan != expected:
+                wrong = [f for f in type(expected).model_fields if getattr(plan.plan, f) != getattr(expected, f)]
+                out.warnings.append(f"planner: the recorded flags {wrong} contradict DESIGN §3's rules for the plan's own "
+                                    "fields; fix the line before training on it")
+    if "detect" in modules:
+        if plan is None or evidence is None or evidence.distortion_set is None:
+            out.skipped.append("detect: the trace has no distortion set")
+        elif not plan.plan.distortion_detection:
+            out.skipped.append("detect: detection did not run (the query named its distortions)")
+        else:
+            candidates["detect"] = {"image": image, "query": data["query"], "query_scope": plan.query_scope,
+                                    "distortion_set": evidence.distortion_set}
+    if "analyze" in modules:
+        if evidence is None or not evidence.distortion_analysis or not evidence.distortion_set:
+            out.skipped.append("analyze: the trace has no distortion analysis")
+        else:
+            analysis = {o: [a.model_dump() for a in items] for o, items in evidence.distortion_analysis.items()}
+            analysed = {o: [a["type"] for a in items] for o, items in analysis.items()}
+            candidates["analyze"] = {"image": image, "query": data["query"], "distortion_set": analysed,
+                                     "distortion_analysis": analysis}
+    if "select" in modules:
+        if plan is None or evidence is None or not evidence.selected_tools or not plan.plan.tool_selection:
+            out.skipped.append("select: tool selection did not run")
+        elif not evidence.distortion_set:
+            out.skipped.append("select: the tools were chosen without a distortion set")
+        else:
+            chosen = {o: {d: t for d, t in by.items() if d in (evidence.distortion_set.get(o) or [])}
+                      for o, by in evidence.selected_tools.items()}
+            chosen = {o: by for o, by in chosen.items() if by}
+            candidates["select"] = {
+                "reference_mode": plan.reference_mode,
+                "distortion_set": {o: list(by) for o, by in chosen.items()},
+                "selected_tools": chosen,
+                "acceptable": {o: {d: [t] for d, t in by.items()} for o, by in chosen.items()},
+            }
+    if "summarize" in modules:
+        mode = "score" if data.get("mode") == "score" else "explain"
+        line: dict[str, Any] = {"mode": mode, "image": image, "query": data["query"],
+                                "evidence": json.loads(evidence.model_dump_json()) if evidence else None,
+                                "quality_reasoning": result.get("quality_reasoning") or "(no reasoning recorded)",
+                                "need_replan": False, "replan_reason": None}
+        if mode == "score":
+            line["level"] = normalize_level(level) if level else result.get("level")
+        else:
+            line["final_answer"] = answer if answer is not None else result.get("final_answer")
+        if (mode == "score" and level) or (mode == "explain" and answer is not None):
+            line["label_source"] = "user"
+        candidates["summarize"] = line
+
+    for module, fields in candidates.items():
+        line = {"id": f"rec-{key}-{module}", **common, **fields}
+        try:
+            LINE_MODELS[module].model_validate(line, context=context)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            out.skipped.append(f"{module}: {'.'.join(map(str, err['loc']))}: {err['msg']}")
+            continue
+        out.lines[module] = [json.loads(json.dumps(line, default=str))]
+    return out
+
+
+def append_lines(out_dir: str | Path, lines: dict[str, list[dict[str, Any]]]) -> dict[str, int]:
+    """Append lines to out_dir/<module>.jsonl, skipping ids already there. Returns lines written per module."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written: dict[str, int] = {}
+    for module, new in lines.items():
+        path = out_dir / FIXTURE_FILES[module]
+        existing: set[str] = set()
+        if path.exists():
+            for raw in path.read_text(encoding="utf-8").splitlines():
+                raw = raw.strip()
+                if raw and not raw.startswith("#"):
+                    try:
+                        existing.add(json.loads(raw).get("id"))
+                    except (json.JSONDecodeError, AttributeError):
+                        continue
+        fresh = [line for line in new if line["id"] not in existing]
+        if fresh:
+            if path.exists() and path.stat().st_size and not path.read_bytes().endswith(b"\n"):
+                with path.open("a", encoding="utf-8") as fh:
+                    fh.write("\n")  # a hand-edited file may lack its final newline
+            with path.open("a", encoding="utf-8") as fh:
+                for line in fresh:
+                    fh.write(json.dumps(line, ensure_ascii=False) + "\n")
+        written[module] = len(fresh)
+    return written
