@@ -25,12 +25,19 @@ from signatures.models import GLOBAL, LEVEL_NAMES, OVERALL, ExecutorOutput, Plan
 log = logging.getLogger("agentic_iqa.graph")
 
 _UNREACHABLE = re.compile(r"connect|timed? ?out|timeout|unreachable|name resolution|refused|service unavailable", re.I)
+# By class name only: rate limits and server errors that outlived the LM's own retries. The rest of
+# the assessment would only wait through the same retries again at every node.
+_UNAVAILABLE_TYPES = re.compile(r"RateLimit|ServerError|ServiceUnavailable|InternalServerError|APIConnection", re.I)
 
 
 def lm_unreachable(exc: BaseException) -> bool:
-    """True for failures of the LM *connection* (as opposed to bad output): refused, DNS, timeouts, 5xx after retries."""
+    """True for failures of the LM *service* (as opposed to bad output): refused, DNS, timeouts, and
+    429/5xx after retries. Our own ValueErrors ("no valid plan: <model text>") quote the model's
+    reply, so their text is not searched: a reply mentioning a "connection" is still bad output."""
     names = " ".join(c.__name__ for c in type(exc).__mro__)
-    return bool(_UNREACHABLE.search(names) or _UNREACHABLE.search(str(exc)[:500]))
+    if _UNREACHABLE.search(names) or _UNAVAILABLE_TYPES.search(names):
+        return True
+    return not isinstance(exc, ValueError) and bool(_UNREACHABLE.search(str(exc)[:500]))
 
 
 def _ctx(config) -> AssessmentContext:
@@ -55,7 +62,8 @@ def _stage(name: str, roles: Roles, body: Callable, on_error: Callable):
             out = body(state, ctx, _roles(ctx, roles))
         except Exception as exc:  # noqa: BLE001 - every failure becomes a recorded degradation
             if lm_unreachable(exc) and getattr(roles, "offline", None) is not None and not ctx.memo.get("lm_unreachable"):
-                ctx.memo["lm_unreachable"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+                first_line = (str(exc).strip().splitlines() or [""])[0]  # DSPy appends multi-line "To fix:" advice
+                ctx.memo["lm_unreachable"] = f"{type(exc).__name__}: {first_line[:200]}"
                 ctx.trace.add(name, "fallback", f"LM unreachable ({ctx.memo['lm_unreachable']}); offline analyst answers")
                 try:
                     out = body(state, ctx, roles.offline)  # type: ignore[attr-defined]
