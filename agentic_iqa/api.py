@@ -136,21 +136,51 @@ class Assessor:
         mode: Literal["auto", "score", "answer"] = "auto",
         use_cache: bool = True,
         on_event: Optional[Callable[[dict], None]] = None,
+        resize_reference: bool = False,
     ) -> AssessmentResult:
-        from agentic_iqa.agents.context import AssessmentContext
-        from iqa_tools import load_image
+        """`resize_reference`: a reference of another size is resized to the image's size (bicubic,
+        written losslessly to a temporary file) instead of being refused."""
+        from iqa_tools import ImageSizeMismatchError, load_image
 
         t0 = time.perf_counter()
         p = self.settings.pipeline
         text, notes = prepare_query(query, p.max_query_chars)
         image_path = Path(image)
         reference_path = Path(reference) if reference is not None else None
-        # Validate inputs up front: a clear error before any LM call is spent.
-        loaded = load_image(image_path, max_pixels=p.max_image_pixels)
+        # Validate inputs up front: a clear error before any LM call is spent. Strings go to the loader
+        # as given, so that a URL gets its "download it first" hint instead of "file not found".
+        loaded = load_image(image if isinstance(image, str) else image_path, max_pixels=p.max_image_pixels)
         notes += list(getattr(loaded, "notes", []) or [])
+        tmp_dir, given_reference = None, reference_path
         if reference_path is not None:
-            ref = load_image(reference_path, max_pixels=p.max_image_pixels)
+            ref = load_image(reference if isinstance(reference, str) else reference_path, max_pixels=p.max_image_pixels)
             notes += [f"reference: {n}" for n in (getattr(ref, "notes", []) or [])]
+            if ref.size != loaded.size:
+                # Full-reference tools compare pixel by pixel: refuse now rather than after the LM calls.
+                if not resize_reference:
+                    raise ImageSizeMismatchError(
+                        f"{loaded.label} is {loaded.width}×{loaded.height} but the reference {ref.label} is "
+                        f"{ref.width}×{ref.height}; full-reference tools compare pixel by pixel: crop or resize them "
+                        "to the same size, or pass --resize-reference (resize_reference=True) to resize the reference"
+                    )
+                tmp_dir, reference_path = _resized_reference(ref, loaded.size)
+                notes.append(f"reference resized from {ref.width}×{ref.height} to {loaded.width}×{loaded.height} (bicubic) for full-reference tools")
+            elif ref.sha256 == loaded.sha256:
+                notes.append("the reference is the same file content as the image: full-reference tools will report perfect quality")
+            del ref
+        del loaded  # the decoded tensor is not needed any more; tools and roles read the file themselves
+        try:
+            result = self._assess(image_path, reference_path, text, notes, mode, use_cache, on_event, t0)
+        finally:
+            if tmp_dir is not None:
+                tmp_dir.cleanup()
+        if given_reference != reference_path:  # report the user's reference, not the temporary copy
+            result = result.model_copy(update={"reference": str(given_reference)})
+        return result
+
+    def _assess(self, image_path, reference_path, text, notes, mode, use_cache, on_event, t0) -> AssessmentResult:
+        from agentic_iqa.agents.context import AssessmentContext
+
         graph = self.graph
         ctx = AssessmentContext(
             query=text,
@@ -191,6 +221,20 @@ class Assessor:
     async def assess_async(self, image, query=None, reference=None, **kw) -> AssessmentResult:
         """Concurrent-friendly variant: the assessment runs in a worker thread (LM calls are I/O-bound)."""
         return await asyncio.to_thread(self.assess, image, query, reference, **kw)
+
+
+def _resized_reference(ref, size: tuple[int, int]):
+    """The reference resized to `size` as a lossless PNG in a temporary folder: (folder, path)."""
+    import tempfile
+
+    import numpy as np
+    from PIL import Image
+
+    arr = (ref.tensor[0].permute(1, 2, 0).numpy() * 255.0 + 0.5).clip(0, 255).astype(np.uint8)
+    folder = tempfile.TemporaryDirectory(prefix="agentic-iqa-ref-")
+    path = Path(folder.name) / "reference_resized.png"
+    Image.fromarray(arr, "RGB").resize(size, Image.BICUBIC).save(path, format="PNG")
+    return folder, path
 
 
 def make_roles(settings: Settings):
