@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo, model_validator
 
 CATEGORIES = ("Blurs", "Color distortions", "Compression", "Noise", "Brightness change",
               "Sharpness", "Contrast")
@@ -93,8 +93,16 @@ class ManifestRow(BaseModel):
 
     _base: Path = PrivateAttr(default_factory=Path)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _default_id(cls, data, info: ValidationInfo):
+        # Batch assessment (`require_target=False`) accepts rows without an id: the image path names them.
+        if isinstance(data, dict) and not (info.context or {}).get("require_target", True) and not data.get("id") and isinstance(data.get("image"), str):
+            data = {**data, "id": data["image"]}
+        return data
+
     @model_validator(mode="after")
-    def _consistent(self) -> "ManifestRow":
+    def _consistent(self, info: ValidationInfo) -> "ManifestRow":
         if self.type is not None:
             if self.type not in KNOWN_TYPES:
                 raise ValueError(f"unknown distortion type {self.type!r}")
@@ -107,7 +115,8 @@ class ManifestRow(BaseModel):
             raise ValueError("question and answer go together")
         if self.answer is not None and self.options is not None and self.answer not in self.options:
             raise ValueError(f"answer {self.answer!r} is not one of the options {sorted(self.options)}")
-        if self.level is None and self.mos is None and self.answer is None:
+        require_target = (info.context or {}).get("require_target", True)
+        if require_target and self.level is None and self.mos is None and self.answer is None:
             raise ValueError("row has nothing to score against (needs level, mos or answer)")
         return self
 
@@ -143,9 +152,12 @@ def _first_error(exc: ValidationError) -> str:
     return f"{where}: {msg}" if where else msg
 
 
-def read_manifest(path: str | Path, check_files: bool = True) -> tuple[list[ManifestRow], list[ManifestProblem]]:
+def read_manifest(path: str | Path, check_files: bool = True, require_target: bool = True) -> tuple[list[ManifestRow], list[ManifestProblem]]:
     """Parse a JSONL manifest. Broken rows are skipped and reported with their 1-based line number,
-    so one bad line never stops a run. Blank lines and lines starting with '#' are ignored."""
+    so one bad line never stops a run. Blank lines and lines starting with '#' are ignored.
+
+    `require_target=False` (batch assessment, not evaluation): rows need no level/mos/answer, and a
+    row without an id is named by its image path."""
     path = Path(path)
     base = path.parent
     rows: list[ManifestRow] = []
@@ -166,7 +178,7 @@ def read_manifest(path: str | Path, check_files: bool = True) -> tuple[list[Mani
                 problems.append(ManifestProblem(lineno, "a row must be a JSON object"))
                 continue
             try:
-                row = ManifestRow.model_validate(data)
+                row = ManifestRow.model_validate(data, context={"require_target": require_target})
             except ValidationError as exc:
                 problems.append(ManifestProblem(lineno, _first_error(exc), row_id))
                 continue
