@@ -1,47 +1,124 @@
-"""`agentic-iqa assess`: one image (plus optional reference) → answer, level, score and the evidence."""
+"""`agentic-iqa assess`: one image (plus optional reference) → answer, level, score and the evidence;
+or a batch — several images, folders, or a manifest — streamed into a JSONL results file.
+
+    agentic-iqa assess photo.jpg -q "Is the sky blurry? A. Yes B. No"
+    agentic-iqa assess shots/ --recursive --out results.jsonl --concurrency 8
+    agentic-iqa assess --manifest data/manifest.jsonl --out results.jsonl --resume
+"""
 from __future__ import annotations
 
 import json
+import os
+import sys
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
-from agentic_iqa.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, fail
+from agentic_iqa.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, fail
 
 
 def assess_command(
-    image: str = typer.Argument(..., help="Image to assess (path; 'example:chelsea' for a bundled sample)."),
-    query: Optional[str] = typer.Option(None, "--query", "-q", help="Question or request; default: rate the overall quality."),
-    reference: Optional[str] = typer.Option(None, "--reference", "-r", help="Reference (pristine) image for full-reference tools."),
+    images: Optional[List[str]] = typer.Argument(
+        None, show_default=False,
+        help="Image(s) to assess ('example:chelsea' for a bundled sample), or folder(s) of images. "
+             "Several images, a folder or --manifest make a batch, which needs --out.",
+    ),
+    query: Optional[str] = typer.Option(None, "--query", "-q", help="Question or request; default: rate the overall quality. In a batch: for every image (a manifest row's question wins)."),
+    reference: Optional[str] = typer.Option(None, "--reference", "-r", help="Reference (pristine) image for full-reference tools (in a batch: for every image)."),
     lm: Optional[str] = typer.Option(None, "--lm", help="DSPy model string for all three roles, e.g. openai/gpt-4o."),
     api_base: Optional[str] = typer.Option(None, "--api-base", help="Base URL of an OpenAI-compatible server."),
     config: Optional[Path] = typer.Option(None, "--config", help="Folder holding pipeline.yaml / model_backends.yaml."),
     offline: bool = typer.Option(False, "--offline", help="Use the offline analyst even if an LM is configured."),
     mode: str = typer.Option("auto", "--mode", help="auto | score | answer."),
-    program: list[str] = typer.Option([], "--program", help="Compiled program JSON to use (repeatable)."),
+    program: List[str] = typer.Option([], "--program", help="Compiled program JSON to use (repeatable)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the tool-score cache."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON document instead of the summary."),
-    save_trace: Optional[Path] = typer.Option(None, "--save-trace", help="Also write the full result with its trace to this JSON file."),
+    resize_reference: bool = typer.Option(False, "--resize-reference", help="Resize a reference of another size to the image's size instead of refusing it."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON document instead of the summary (a batch: the batch summary)."),
+    save_trace: Optional[Path] = typer.Option(None, "--save-trace", help="Also write the full result with its trace to this JSON file (one image)."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Show timings, tool logs and the trace."),
+    # ── batches ──
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Batch results file (JSONL, one line per image, written as each finishes)."),
+    manifest: Optional[Path] = typer.Option(None, "--manifest", "-m", help="Assess the rows of an eval manifest (JSONL; paths relative to it)."),
+    recursive: bool = typer.Option(False, "--recursive", "-R", help="Also take images from subfolders of the folders given."),
+    resume: bool = typer.Option(False, "--resume", help="Continue --out: skip images that already have a result line (and repair a cut-off last line)."),
+    retry_failed: bool = typer.Option(False, "--retry-failed", help="Like --resume, and run again the images that failed before."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Start --out afresh even if it holds results."),
+    concurrency: int = typer.Option(4, "--concurrency", "-j", min=1, max=64, help="Images assessed at once (LM calls overlap; tool runs take turns)."),
+    allow_absolute: bool = typer.Option(False, "--allow-absolute", help="Let manifest paths point outside the manifest's folder (absolute paths, '..', symlinks)."),
+    with_trace: bool = typer.Option(False, "--with-trace", help="Keep each result's full trace in the results file."),
+    no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar (it is shown only on a terminal anyway)."),
 ) -> None:
-    """Assess an image's quality, or answer a question about it, with evidence from real IQA tools."""
+    """Assess image quality, or answer a question about an image, with evidence from real IQA tools.
+    Several images, folders or a manifest run as a batch into --out (resumable with --resume)."""
     from agentic_iqa.cli.common import setup_logging
-    from agentic_iqa.config import ConfigError
 
     setup_logging(verbose)
     if mode not in {"auto", "score", "answer"}:
         fail(f"--mode must be auto, score or answer (got {mode!r})")
+    images = list(images or [])
+    if resume and overwrite:
+        fail("--resume and --overwrite contradict each other; choose one")
+    is_batch = manifest is not None or out is not None or len(images) > 1 or (len(images) == 1 and Path(images[0]).is_dir())
+    if not is_batch:
+        if not images:
+            fail("nothing to assess: give an image (or several, or a folder, or --manifest FILE with --out FILE)")
+        for flag, given in (("--resume", resume), ("--retry-failed", retry_failed), ("--overwrite", overwrite)):
+            if given:
+                fail(f"{flag} is for batches: it needs --out results.jsonl")
+        _single(images[0], query, reference, lm, api_base, config, offline, mode, program, no_cache,
+                resize_reference, as_json, save_trace, verbose)
+        return
+    if out is None:
+        what = f"{images[0]} is a folder" if len(images) == 1 and not manifest else "several images (or a manifest) make a batch"
+        fail(f"{what}: pass --out results.jsonl to assess it as a batch (add --recursive for subfolders)")
+    if save_trace:
+        fail("--save-trace is for one image; in a batch, pass --with-trace to keep traces in the results file")
+    if manifest is not None and images:
+        fail("give either images/folders or --manifest, not both")
+    _batch(images, manifest, out, query, reference, lm, api_base, config, offline, mode, program, no_cache,
+           resize_reference, as_json, recursive, resume, retry_failed, overwrite, concurrency, allow_absolute,
+           with_trace, no_progress or as_json)
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)  # paths and messages may hold "[...]": print them literally
+
+
+def _settings(lm, api_base, config, offline, programs):
+    from agentic_iqa.config import load_settings
+
+    settings = load_settings(config, lm=lm, api_base=api_base, backend="offline" if offline else None)
+    for spec in programs:
+        module, _, path = spec.rpartition("=")
+        if not module:
+            from agentic_iqa.programs import read_program
+
+            module = read_program(path)[0].get("module", "")
+        settings.pipeline.programs[module] = Path(path)
+    return settings
+
+
+# ── one image ───────────────────────────────────────────────────────────────────────────────────
+
+
+def _single(image, query, reference, lm, api_base, config, offline, mode, program, no_cache, resize_reference,
+            as_json, save_trace, verbose) -> None:
+    from agentic_iqa.config import ConfigError
+
     try:
-        result = _run(image, query, reference, lm, api_base, config, offline, mode, program, no_cache, verbose and not as_json)
+        result = _run(image, query, reference, lm, api_base, config, offline, mode, program, no_cache,
+                      verbose and not as_json, resize_reference)
     except typer.Exit:
         raise
     except ConfigError as exc:
-        fail(str(exc), EXIT_BAD_INPUT)
+        fail(_escape(str(exc)), EXIT_BAD_INPUT)
     except (ValueError, FileNotFoundError, PermissionError, IsADirectoryError) as exc:
-        fail(str(exc), EXIT_BAD_INPUT)
+        fail(_escape(str(exc)), EXIT_BAD_INPUT)
     except Exception as exc:  # noqa: BLE001 - one clear line, never a traceback
-        fail(f"assessment failed: {type(exc).__name__}: {exc}", EXIT_FAILED)
+        fail(_escape(f"assessment failed: {type(exc).__name__}: {exc}"), EXIT_FAILED)
     if save_trace:
         save_trace.parent.mkdir(parents=True, exist_ok=True)
         save_trace.write_text(result.model_dump_json(indent=2), encoding="utf-8")
@@ -51,24 +128,17 @@ def assess_command(
         render(result, verbose)
 
 
-def _run(image, query, reference, lm, api_base, config, offline, mode, programs, no_cache, show_progress):
+def _run(image, query, reference, lm, api_base, config, offline, mode, programs, no_cache, show_progress,
+         resize_reference=False):
     from agentic_iqa.api import Assessor
-    from agentic_iqa.config import load_settings
     from iqa_tools.examples import resolve_example
 
     image_path = resolve_example(image)
     reference_path = resolve_example(reference) if reference else None
-    settings = load_settings(config, lm=lm, api_base=api_base, backend="offline" if offline else None)
-    for spec in programs:
-        module, _, path = spec.rpartition("=")
-        if not module:
-            from agentic_iqa.programs import read_program
-
-            module = read_program(path)[0].get("module", "")
-        settings.pipeline.programs[module] = Path(path)
-    assessor = Assessor(settings)
+    assessor = Assessor(_settings(lm, api_base, config, offline, programs))
+    kw = dict(mode=mode, use_cache=not no_cache, resize_reference=resize_reference)
     if not show_progress:
-        return assessor.assess(image_path, query, reference_path, mode=mode, use_cache=not no_cache)
+        return assessor.assess(image_path, query, reference_path, **kw)
     from rich.console import Console
 
     console = Console(stderr=True)
@@ -79,21 +149,22 @@ def _run(image, query, reference, lm, api_base, config, offline, mode, programs,
             elif ev.get("event") == "tool_start":
                 status.update(f"running {ev['tool']}…")
 
-        return assessor.assess(image_path, query, reference_path, mode=mode, use_cache=not no_cache, on_event=on_event)
+        return assessor.assess(image_path, query, reference_path, on_event=on_event, **kw)
 
 
 def render(result, verbose: bool = False) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.panel import Panel
     from rich.table import Table
 
     con = Console()
     r = result.result
-    head = f"[bold]{r.final_answer}[/]"
+    head = f"[bold]{escape(r.final_answer)}[/]"
     if result.mode == "score" and r.score is not None:
         head = f"[bold]Level {r.level}[/] · score [bold]{r.score:.2f}[/] / 5"
-    body = f"{head}\n\n{r.quality_reasoning}"
-    con.print(Panel(body, title=f"[b]{result.query}[/]", subtitle=f"answered by {result.backend}", expand=False))
+    body = f"{head}\n\n{escape(r.quality_reasoning)}"
+    con.print(Panel(body, title=f"[b]{escape(result.query[:200])}[/]", subtitle=f"answered by {escape(result.backend[:160])}", expand=False))
     ev = result.evidence
     if ev and ev.distortion_analysis:
         t = Table(title="Distortions", show_lines=False)
@@ -101,7 +172,7 @@ def render(result, verbose: bool = False) -> None:
             t.add_column(col)
         for obj, items in ev.distortion_analysis.items():
             for it in items:
-                t.add_row(obj, it.type, it.severity, it.explanation)
+                t.add_row(escape(obj), it.type, it.severity, escape(it.explanation))
         con.print(t)
     if ev and ev.tool_logs:
         t = Table(title="Tools")
@@ -112,16 +183,145 @@ def render(result, verbose: bool = False) -> None:
             if lg.fallback:
                 note = f"fallback for {lg.fallback_for}"
             if lg.error:
-                note = f"[red]{lg.error[:80]}[/]"
+                note = f"[red]{escape(lg.error[:80])}[/]"
             raw = "–" if lg.raw_score != lg.raw_score else f"{lg.raw_score:.4g}"
             norm = "–" if lg.normalized_score != lg.normalized_score else f"{lg.normalized_score:.2f}"
-            t.add_row(lg.tool_name, f"{lg.object_name}/{lg.distortion}", raw, norm, f"{lg.execution_time * 1000:.0f} ms", note)
+            t.add_row(lg.tool_name, escape(f"{lg.object_name}/{lg.distortion}"), raw, norm, f"{lg.execution_time * 1000:.0f} ms", note)
         con.print(t)
     if r.prob_mode:
-        con.print(f"[dim]fusion: {r.prob_mode} probabilities — {r.prob_source}[/]")
+        con.print(f"[dim]fusion: {r.prob_mode} probabilities — {escape(r.prob_source or '')}[/]")
     for n in result.notes:
-        con.print(f"[yellow]note:[/] {n}")
+        con.print(f"[yellow]note:[/] {escape(n)}")
     for f in result.fallbacks:
-        con.print(f"[yellow]fallback:[/] {f}")
+        con.print(f"[yellow]fallback:[/] {escape(f)}")
     if verbose:
-        con.print(f"[dim]timings: {json.dumps(result.timings)} · total {result.total_seconds:.2f} s · LM calls {result.lm_calls} · retries {result.retries} · replans {result.replans}[/]")
+        con.print(f"[dim]timings: {escape(json.dumps(result.timings))} · total {result.total_seconds:.2f} s · LM calls {result.lm_calls} · retries {result.retries} · replans {result.replans}[/]")
+
+
+# ── batches ─────────────────────────────────────────────────────────────────────────────────────
+
+
+def _batch(images, manifest, out, query, reference, lm, api_base, config, offline, mode, program, no_cache,
+           resize_reference, as_json, recursive, resume, retry_failed, overwrite, concurrency, allow_absolute,
+           with_trace, quiet) -> None:
+    from agentic_iqa.api import Assessor
+    from agentic_iqa.batch import BatchError, items_from_manifest, items_from_paths, run_batch
+    from agentic_iqa.config import ConfigError
+    from iqa_tools import ImageError
+    from iqa_tools.examples import resolve_example
+
+    try:
+        settings = _settings(lm, api_base, config, offline, program)
+        if manifest is not None:
+            items, problems = items_from_manifest(manifest, query=query, mode=mode, allow_outside=allow_absolute)
+            notes: list[str] = []
+        else:
+            ref = str(resolve_example(reference)) if reference else None
+            items, notes = items_from_paths([str(resolve_example(p)) for p in images], recursive=recursive,
+                                            query=query, reference=ref, mode=mode)
+            problems = []
+        if not items and not problems:
+            fail(_escape("no images to assess: " + ("; ".join(notes) or "the input is empty")), EXIT_BAD_INPUT)
+        assessor = Assessor(settings)
+        progress = _Progress(enabled=not quiet)
+        with progress:
+            summary = run_batch(
+                items, out, assessor, concurrency=concurrency, resume=resume, retry_failed=retry_failed,
+                overwrite=overwrite, use_cache=not no_cache, with_trace=with_trace, resize_reference=resize_reference,
+                manifest_problems=problems, notes=notes, on_start=progress.start, on_result=progress.update,
+            )
+    except typer.Exit:
+        raise
+    except (BatchError, ConfigError, ImageError) as exc:
+        fail(_escape(str(exc)), EXIT_BAD_INPUT)
+    except Exception as exc:  # noqa: BLE001 - one clear line, never a traceback
+        fail(_escape(f"batch failed: {type(exc).__name__}: {exc}"), EXIT_FAILED)
+
+    if as_json:
+        typer.echo(json.dumps(summary.as_dict(), indent=2, ensure_ascii=False))
+    else:
+        render_summary(summary)
+    code = summary.exit_code
+    if summary.interrupted:
+        # Assessments still running in worker threads would keep the interpreter alive until their LM
+        # calls return (up to the timeout); every finished item is already fsync'd, so leave now.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(EXIT_INTERRUPTED)
+    raise typer.Exit(code)
+
+
+class _Progress:
+    """A rich progress bar on stderr (rate, ETA, failures); shown only on a terminal."""
+
+    def __init__(self, enabled: bool):
+        from rich.console import Console
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn,
+                                   TimeElapsedColumn, TimeRemainingColumn)
+
+        console = Console(stderr=True)
+        self.progress = Progress(
+            SpinnerColumn(), TextColumn("assessing"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+            TextColumn("{task.fields[status]}"),
+            console=console, disable=not (enabled and console.is_terminal), transient=False,
+        )
+        self.task = None
+
+    def __enter__(self):
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.progress.__exit__(*exc)
+
+    def start(self, summary, n: int) -> None:
+        self.task = self.progress.add_task("assess", total=n, rate="", status="")
+
+    def update(self, res, summary) -> None:
+        elapsed = self.progress.tasks[self.task].elapsed or 0.0
+        rate = f"{summary.ran / elapsed:.2f} img/s" if elapsed > 0 else ""
+        status = []
+        if summary.failed:
+            status.append(f"[red]✗ {summary.failed} failed[/]")
+        if summary.degraded:
+            status.append(f"[yellow]⚠ {summary.degraded} degraded[/]")
+        self.progress.update(self.task, advance=1, rate=rate, status=" ".join(status))
+
+
+def render_summary(summary) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    con = Console(stderr=False, highlight=False)
+    d = summary.as_dict()
+    t = Table(title="Batch" + (" (interrupted)" if summary.interrupted else ""), show_header=False)
+    t.add_column("", style="bold")
+    t.add_column("")
+    t.add_row("items", str(summary.total))
+    t.add_row("assessed now", f"{summary.ran}  (ok {summary.ok}, of which degraded {summary.degraded}; failed {summary.failed})")
+    if summary.already_done:
+        t.add_row("already done", f"{summary.already_done} (skipped: result line present)")
+    if summary.failed_before:
+        t.add_row("failed before", f"{summary.failed_before} (not retried; --retry-failed)")
+    if summary.duplicates:
+        t.add_row("duplicates", str(summary.duplicates))
+    if summary.manifest_problems:
+        t.add_row("unusable manifest rows", str(len(summary.manifest_problems)))
+    t.add_row("time", f"{summary.seconds:.1f} s · {summary.rate:.2f} images/s")
+    if d["mean_score"] is not None:
+        t.add_row("mean score", f"{d['mean_score']:.2f} / 5")
+    t.add_row("results", escape(summary.out))
+    con.print(t)
+    shown = summary.failures[:10]
+    for f in shown:
+        con.print(f"[red]failed:[/] {escape(f['image'])} — {escape(f['error'] or '')}")
+    if summary.failed > len(shown):
+        con.print(f"[dim]… {summary.failed - len(shown)} more failure(s): lines with \"status\": \"failed\" in {escape(summary.out)}[/]")
+    for p in summary.manifest_problems[:10]:
+        con.print(f"[red]manifest:[/] {escape(p)}")
+    for n in summary.notes:
+        con.print(f"[yellow]note:[/] {escape(n)}")
+    if summary.interrupted:
+        con.print("[yellow]interrupted:[/] finished items are saved; run the same command with --resume to continue")

@@ -10,6 +10,7 @@ EXIT_OK = 0
 EXIT_FAILED = 1      # the work ran but could not produce a result (e.g. a tool failed and no fallback ran)
 EXIT_BAD_INPUT = 2   # bad arguments or input: missing/unreadable file, not an image, unknown tool, bad config
 EXIT_PARTIAL = 3     # a batch finished but some items were skipped (each one's reason is recorded)
+EXIT_INTERRUPTED = 130  # a batch stopped by Ctrl-C: finished items are saved; continue with --resume
 
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
