@@ -339,7 +339,7 @@ def compile_module(
             # interleaving with the progress display.
             with contextlib.redirect_stdout(log):
                 compiled[part] = _optimize(program, train, options, metric, proposal_lm=proposal_lm, teacher_lm=teacher_lm)
-            clean_demos(compiled[part])
+            clean_demos(compiled[part], train)
         if lm is not None:
             counter.phase = "evaluate_after"
             after = evaluate(compiled, dataset.val, tool_modes=tool_modes, threads=options.threads,

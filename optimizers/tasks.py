@@ -11,7 +11,7 @@ fresh agent module, which is what a program file stores and `assess --program` l
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator, Optional
+from typing import Any, Iterable, Iterator, Optional
 
 import dspy
 
@@ -111,15 +111,18 @@ def part_programs(module: str, catalog: ToolCatalog, max_retries: int = 3, sourc
     return {part: PartProgram(part, getattr(full, attr), catalog) for part, attr in MODULE_PARTS[module].items()}
 
 
-def clean_demos(program: PartProgram) -> int:
+def clean_demos(program: PartProgram, train: Iterable[Any] = ()) -> int:
     """Keep demos that are complete examples of this part, holding only what a prompt should show.
 
     LabeledFewShot and BootstrapFewShot copy whole examples into the demos; a saved program should
-    hold signature fields (minus DEMO_DROPPED_INPUTS) and the fixture id for provenance. Returns
-    the number of demos kept.
+    hold signature fields (minus DEMO_DROPPED_INPUTS) and the fixture id for provenance. A
+    bootstrapped demo (the module's own answer to a training input) gets the id of the training
+    example with the same inputs. Returns the number of demos kept.
     """
     predictor = program.step.predict
     signature = predictor.signature
+    inputs = list(signature.input_fields)
+    by_inputs = [(tuple(ex.get(k) for k in inputs), ex.get("fixture_id")) for ex in train]
     dropped = set(DEMO_DROPPED_INPUTS.get(program.part, ()))
     keep_keys = (set(signature.fields) - dropped) | {"augmented", *BOOKKEEPING}
     cleaned = []
@@ -127,7 +130,12 @@ def clean_demos(program: PartProgram) -> int:
         data = dict(demo.items()) if hasattr(demo, "items") else dict(demo)
         if not all(k in data for k in signature.output_fields):
             continue
-        cleaned.append(dspy.Example(**{k: v for k, v in data.items() if k in keep_keys}))
+        if "fixture_id" not in data:
+            key = tuple(data.get(k) for k in inputs)
+            data["fixture_id"] = next((fid for values, fid in by_inputs if values == key), None)
+        # A signature field may legitimately be None (replan_reason); an unmatched fixture id is just left out.
+        cleaned.append(dspy.Example(**{k: v for k, v in data.items()
+                                       if k in keep_keys and (v is not None or k in signature.fields)}))
     predictor.demos = cleaned
     return len(cleaned)
 
