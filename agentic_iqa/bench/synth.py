@@ -111,9 +111,12 @@ def saturation_increase(x, factor, rng):
 
 
 def color_quantization(x, colors, rng):
+    # Median-cut palette from a 1/4-size copy (full-size median cut costs 200 ms; octree collapses gray
+    # images to 16 levels whatever is asked), then every pixel mapped to it without dithering.
     im = Image.fromarray(_to_uint8(x))
-    # Octree: 2 ms against median cut's 200 ms, with the same hard colour steps (no dithering).
-    q = im.quantize(colors=int(colors), method=Image.Quantize.FASTOCTREE, dither=Image.Dither.NONE)
+    small = im.resize((im.width // 4, im.height // 4), Image.Resampling.BOX)
+    palette = small.quantize(colors=int(colors), method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
+    q = im.quantize(palette=palette, dither=Image.Dither.NONE)
     return np.asarray(q.convert("RGB"), dtype=np.float32) / 255
 
 
@@ -195,7 +198,7 @@ TYPES: dict[str, DistortionType] = {t.name: t for t in [
                    "HSV saturation factor", needs_color=True),
     DistortionType("color saturation 2", saturation_increase, (1.4, 1.8, 2.3, 3.0, 4.0),
                    "CIELAB chroma factor (over-saturation)", needs_color=True),
-    DistortionType("color quantization", color_quantization, (64, 48, 32, 16, 8), "colours (octree, no dithering)"),
+    DistortionType("color quantization", color_quantization, (64, 48, 32, 16, 8), "palette colours (median cut, no dithering)"),
     DistortionType("jpeg", jpeg, (43, 36, 24, 7, 4), "JPEG quality, KADID ladder"),
     DistortionType("jpeg2000", jpeg2000, (24, 48, 96, 192, 384), "compression ratio"),
     DistortionType("white noise", white_noise, (0.001, 0.002, 0.003, 0.005, 0.01),

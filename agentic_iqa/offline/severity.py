@@ -69,14 +69,19 @@ FEATURES: dict[str, Callable[[dict], float]] = {
     "spread": lambda s: s["p95"] - s["p05"],
     "log_local_contrast": _log("local_contrast", 0.5),
     "log_chroma_p95": _log("chroma_p95", 1.0),
+    "log_chroma_smooth": _log("chroma_smooth_p95", 1.0),
     "log_colorfulness": _log("colorfulness", 1.0),
     "oversat": lambda s: s["oversat"],
     "occupancy_gap": lambda s: 1.0 - s["occupancy"],
+    "log_colors": _log("colors", 1.0),
+    "flat_frac": lambda s: s["flat_frac"],
+    "grid_sparsity": lambda s: s["grid_sparsity"],
+    "log_gamut_clip": _log("gamut_clip", 1e-4),
 }
 FR_KEYS = ("fr_mean_shift", "fr_median_shift", "fr_spread_ratio", "fr_contrast_ratio", "fr_fine_gain",
            "fr_mid_gain", "fr_detail_corr", "fr_blur_sigma", "fr_blur_explained", "fr_noise", "fr_resid_rms",
            "fr_chroma_noise_gain", "fr_block_gain", "fr_impulse_gain", "fr_chroma_ratio", "fr_occupancy_ratio",
-           "fr_overshoot_gain", "fr_conc_gain")
+           "fr_overshoot_gain", "fr_conc_gain", "fr_color_err", "fr_colors_ratio", "fr_flat_gain", "fr_grid_gain", "fr_ref_chroma")
 for _k in FR_KEYS:
     FEATURES[_k] = (lambda k: lambda s: s[k])(_k)
 FEATURES["fr_log_noise"] = _log("fr_noise", 0.1)
@@ -101,8 +106,11 @@ class Detector:
 
 
 def _monochrome(s: dict) -> Optional[str]:
-    # A gray image has no saturation to judge: it may be a black-and-white photo on purpose.
-    if s["chroma_p95"] < 2.0:
+    # A gray image has no saturation to judge: it may be a black-and-white photo on purpose. With a
+    # reference, what counts is whether the reference has colour to lose or exaggerate.
+    if "fr_ref_chroma" in s:
+        return "the reference is monochrome" if s["fr_ref_chroma"] < 2.5 else None
+    if s["chroma_smooth_p95"] < 2.5:
         return "the image is monochrome, so saturation is not judged"
     return None
 
@@ -112,6 +120,12 @@ DETECTORS: tuple[Detector, ...] = (
              nr=("reblur", "mid_to_coarse", "fine_to_mid", "edge_sharp", "fine_conc"),
              fr=("fr_fine_gain", "fr_mid_gain", "fr_blur_explained", "fr_conc_gain", "fr_detail_corr"),
              primary="reblur", primary_fr="fr_fine_gain"),
+    # The spec has no category for KADID's spatial family; pixelation is loss of detail, so it is
+    # reported as a blur (the benchmark leaves it out of detection accuracy, not out of scoring).
+    Detector("pixelate", "Blurs", "pixelation (blocky loss of detail)", ("pixelate",),
+             nr=("grid_sparsity", "flat_frac", "log_blockiness"),
+             fr=("fr_grid_gain", "fr_flat_gain", "fr_blur_explained"),
+             primary="grid_sparsity", primary_fr="fr_grid_gain"),
     Detector("jpeg", "Compression", "JPEG blocking", ("jpeg",),
              nr=("log_blockiness",), fr=("fr_log_block_gain",),
              primary="blockiness", primary_fr="fr_block_gain"),
@@ -141,14 +155,14 @@ DETECTORS: tuple[Detector, ...] = (
              fr=("fr_spread_ratio", "fr_contrast_ratio", "fr_median_shift"),
              primary="rms_contrast", primary_fr="fr_contrast_ratio"),
     Detector("desaturated", "Color distortions", "washed-out colour", ("color saturation 1",),
-             nr=("log_chroma_p95", "log_colorfulness"), fr=("fr_chroma_ratio",),
+             nr=("log_chroma_smooth", "log_colorfulness"), fr=("fr_chroma_ratio",),
              primary="colorfulness", primary_fr="fr_chroma_ratio", gate=_monochrome),
     Detector("oversaturated", "Color distortions", "over-saturated colour", ("color saturation 2",),
-             nr=("oversat", "log_chroma_p95", "log_colorfulness"), fr=("fr_chroma_ratio",),
-             primary="oversat", primary_fr="fr_chroma_ratio"),
+             nr=("log_gamut_clip", "log_chroma_smooth", "log_colorfulness"), fr=("fr_chroma_ratio",),
+             primary="colorfulness", primary_fr="fr_chroma_ratio", gate=_monochrome),
     Detector("quantized", "Color distortions", "colour banding (too few colours)", ("color quantization",),
-             nr=("occupancy_gap",), fr=("fr_occupancy_ratio",),
-             primary="occupancy", primary_fr="fr_occupancy_ratio"),
+             nr=("occupancy_gap", "log_colors"), fr=("fr_occupancy_ratio", "fr_colors_ratio"),
+             primary="colors", primary_fr="fr_colors_ratio"),
 )
 assert {d.category for d in DETECTORS} == set(CATEGORIES)
 
@@ -158,7 +172,10 @@ STAT_NAMES = {
     "fine_conc": "share of fine detail on the strongest edges", "noise_flat": "noise sigma in flat areas (0-255)",
     "overshoot": "edge overshoot ratio", "median_luma": "median luminance (0-255)",
     "rms_contrast": "RMS contrast (0-255)", "colorfulness": "colourfulness", "oversat": "share of clipped saturated pixels",
-    "occupancy": "share of tone levels in use",
+    "occupancy": "share of tone levels in use", "colors": "distinct colours", "flat_frac": "share of flat pixel runs",
+    "grid_sparsity": "share of pixel columns/rows without change", "fr_grid_gain": "gain in unchanging columns/rows vs the reference",
+    "fr_color_err": "mean colour error vs the reference (0-255)", "fr_colors_ratio": "distinct colours vs the reference (log10)",
+    "fr_flat_gain": "gain in flat pixel runs vs the reference",
     "fr_fine_gain": "fine-detail energy vs the reference (log10)", "fr_block_gain": "block-edge ratio gain vs the reference",
     "fr_conc_gain": "detail concentration gain vs the reference", "fr_noise": "added noise sigma (0-255)",
     "fr_overshoot_gain": "edge overshoot gain vs the reference", "fr_median_shift": "median luminance shift (0-255)",
@@ -210,22 +227,27 @@ def fit_all(samples: Sequence[tuple[dict, Optional[str], int]], ridge: float = 1
     equal total weight, so the few positives are not drowned by the many negatives."""
     from agentic_iqa.bench.manifest import KNOWN_TYPES
 
-    usable = [s for s in samples if s[1] is None or KNOWN_TYPES.get(s[1]) is not None]
+    by_mode = {
+        # NR fits must not see comparison statistics (gates look for them to tell the modes apart).
+        "nr": [({k: v for k, v in s.items() if not k.startswith("fr_")}, t, lv) for s, t, lv in samples],
+        "fr": [smp for smp in samples if "fr_fine_gain" in smp[0]],
+    }
     out: dict = {"nr": {}, "fr": {}}
     for det in DETECTORS:
-        for mode in ("nr", "fr"):
+        for mode, mode_samples in by_mode.items():
+            # A type without a spec category is no negative for anyone: its look overlaps several.
+            rows = [s for s in mode_samples
+                    if (s[1] is None or s[1] in det.types or KNOWN_TYPES.get(s[1]) is not None)
+                    and (det.gate is None or det.gate(s[0]) is None)]
             names = det.nr if mode == "nr" else det.fr
-            rows = [s for s in usable if mode == "nr" or "fr_fine_gain" in s[0]]
-            if det.gate:
-                rows = [s for s in rows if det.gate(s[0]) is None]
             x = np.array([[FEATURES[f](s[0]) for f in names] for s in rows], dtype=float)
             pos = np.array([s[1] in det.types for s in rows])
             y = np.where(pos, [s[2] for s in rows], 0).astype(float)
             w = np.where(pos, 0.5 / max(pos.sum(), 1), 0.5 / max((~pos).sum(), 1))
             fit = fit_detector(x, y, w, ridge)
             fit["features"] = list(names)
-            fit["clean"] = _clean_range(det, mode, samples)
-            fit["by_level"] = _primary_by_level(det, mode, samples)
+            fit["clean"] = _clean_range(det, mode, rows)
+            fit["by_level"] = _primary_by_level(det, mode, rows)
             out[mode][det.name] = fit
     return out
 
@@ -235,7 +257,7 @@ def _primary_value(det: Detector, mode: str, s: dict) -> float:
 
 
 def _clean_range(det: Detector, mode: str, samples) -> list[float]:
-    vals = [_primary_value(det, mode, s) for s, t, _ in samples if t is None and (det.gate is None or det.gate(s) is None)]
+    vals = [_primary_value(det, mode, s) for s, t, _ in samples if t is None]
     if not vals:
         return [float("nan")] * 3
     return [float(v) for v in np.percentile(vals, [10, 50, 90])]
@@ -270,6 +292,7 @@ class CategoryAnalysis:
     explanation: str                 # one measured line
     detector: str                    # the strongest detector of the category
     evidence: dict[str, float] = field(default_factory=dict)
+    level_raw: float = 0.0           # the same estimate before clipping to 0..5 (keeps extremes ranked)
 
     @property
     def badness(self) -> float:
@@ -283,11 +306,27 @@ class Detection(NamedTuple):
     explanation: str
 
 
-def _detector_level(fit: dict, s: dict) -> tuple[float, float]:
+def _extrapolated_map(score: float, kx: Sequence[float], ky: Sequence[float]) -> float:
+    """The fitted monotone map, continued linearly past its end knots (along the secant over the last
+    ~1.5 levels) instead of going flat, so two images beyond the fitted range still rank apart."""
+    kx, ky = np.asarray(kx), np.asarray(ky)
+    if len(kx) < 2:
+        return float(ky[0])
+    if score > kx[-1]:
+        j = min(int(np.searchsorted(ky, ky[-1] - 1.5)), len(kx) - 2)
+        return float(ky[-1] + (score - kx[-1]) * (ky[-1] - ky[j]) / max(kx[-1] - kx[j], 1e-9))
+    if score < kx[0]:
+        j = max(int(np.searchsorted(ky, ky[0] + 1.5)), 1)
+        return float(ky[0] + (score - kx[0]) * (ky[j] - ky[0]) / max(kx[j] - kx[0], 1e-9))
+    return float(np.interp(score, kx, ky))
+
+
+def _detector_level(fit: dict, s: dict) -> float:
+    """Unclipped level estimate of one detector (may fall below 0 or above 5)."""
     x = np.array([FEATURES[f](s) for f in fit["features"]])
     z = (x - np.array(fit["mean"])) / np.array(fit["std"])
     score = float(z @ np.array(fit["coef"]) + fit["intercept"])
-    return float(np.interp(score, fit["knots_x"], fit["knots_y"])), score
+    return _extrapolated_map(score, fit["knots_x"], fit["knots_y"])
 
 
 def _confidence(level: float, rmse: float) -> float:
@@ -321,11 +360,13 @@ def analyze_stats(nr: dict, fr: Optional[dict] = None, thresholds: Optional[dict
     for det in DETECTORS:
         fit = th[mode][det.name]
         reason = det.gate(s) if det.gate else None
-        level = 0.0 if reason else min(max(_detector_level(fit, s)[0], 0.0), 5.0)
+        # Capped: a far extrapolation says "off the scale", not a precise number.
+        raw = -1.0 if reason else min(max(_detector_level(fit, s), -2.0), 8.0)
+        level = min(max(raw, 0.0), 5.0)
         key = det.primary if mode == "nr" else det.primary_fr
         text = f"No {det.label} judged: {reason}." if reason else _explain(det, mode, fit, s, level)
         cand = CategoryAnalysis(det.category, severity_of(level), round(level, 3), _confidence(level, fit["rmse"]),
-                                text, det.name, {key: round(float(s[key]), 5)})
+                                text, det.name, {key: round(float(s[key]), 5)}, raw)
         cur = best.get(det.category)
         if cur is None or cand.level > cur.level:
             if cur is not None:
@@ -360,12 +401,25 @@ def detect(image: st.ImageLike, reference: Optional[st.ImageLike] = None, includ
 
 # ------------------------------------------------------------------------------------ levels
 
+def _softplus(v: float, t: float = 0.3) -> float:
+    return t * math.log1p(math.exp(v / t)) if v < 20 * t else v
+
+
 def overall_badness(analyses: dict[str, CategoryAnalysis] | Iterable[CategoryAnalysis]) -> float:
-    """Combined distortion level on 0..5: a cubic norm of the category levels, so the worst category
-    dominates (one extreme distortion is as bad as it gets) while several milder ones add up."""
+    """Combined distortion level (about 0..5, more for beyond-benchmark damage): a cubic norm of the
+    category levels, so the worst category dominates while several milder ones add up. Levels enter
+    through a soft floor at 0 (softplus) rather than a hard clip, so the combination rises strictly with
+    every category's estimate and nearly-clean images still rank."""
     items = analyses.values() if isinstance(analyses, dict) else analyses
-    levels = np.array([a.level for a in items], dtype=float)
-    return float(min(5.0, np.sum(levels ** 3) ** (1 / 3)))
+    return float(sum(_softplus(a.level_raw) ** 3 for a in items) ** (1 / 3))
+
+
+def quality_from_badness(badness: float) -> float:
+    """Quality on 1..5: 5 - 0.8 B up to B = 4.5, then an exponential tail towards 1 (same slope at
+    the joint) so even damage beyond the fitted range keeps ranking."""
+    if badness <= 4.5:
+        return 5.0 - 0.8 * badness
+    return 1.0 + 0.4 * math.exp(-(badness - 4.5) / 0.5)
 
 
 def _gauss_levels(mu: float, spread: float) -> np.ndarray:
@@ -377,25 +431,24 @@ def _gauss_levels(mu: float, spread: float) -> np.ndarray:
 def level_distribution(analyses: dict[str, CategoryAnalysis] | Iterable[CategoryAnalysis]) -> list[float]:
     """Probabilities of quality levels 1..5 (1 = bad, 5 = excellent) from the measured severities.
 
-    How: the combined badness B (``overall_badness``, 0..5, worst category dominating) gives a target
-    quality q = 5 - 0.8 B (no distortion -> 5, an extreme one -> 1). The distribution is a discretized
-    Gaussian over 1..5 whose centre is solved so that its expectation equals q exactly (so the
-    expectation is a monotone, tie-free quality score), with a spread that widens as the confidence
-    of the worst category falls (0.45 level when certain, up to 1.05 when not).
+    How: the combined badness B (``overall_badness``: the worst category dominates) gives a target
+    quality q (``quality_from_badness``: 5 - 0.8 B, so none -> 5 and an extreme distortion -> about 1).
+    The distribution is a discretized Gaussian over 1..5 whose centre is solved so that its expectation
+    equals q (so the expectation is a monotone quality score without ties), with a spread that widens
+    as the confidence in the worst category falls (0.45 of a level when certain, up to 1.05).
     """
     items = list(analyses.values() if isinstance(analyses, dict) else analyses)
-    q = float(np.clip(5.0 - 0.8 * overall_badness(items), 1.02, 4.98))
-    worst = max(items, key=lambda a: a.level) if items else None
-    conf = worst.confidence if worst else 0.5
-    spread = 0.45 + 0.6 * (1.0 - conf)
-    lo, hi = -3.0, 9.0
-    for _ in range(60):  # bisection: the expectation grows monotonically with the centre
+    q = quality_from_badness(overall_badness(items))
+    worst = max(items, key=lambda a: a.level_raw) if items else None
+    spread = 0.45 + 0.6 * (1.0 - (worst.confidence if worst else 0.5))
+    lo, hi = -6.0, 12.0
+    for _ in range(80):  # bisection: the expectation grows monotonically with the centre
         mid = (lo + hi) / 2
         if float(_gauss_levels(mid, spread) @ np.arange(1, 6)) < q:
             lo = mid
         else:
             hi = mid
-    return [round(float(p), 6) for p in _gauss_levels((lo + hi) / 2, spread)]
+    return [float(p) for p in _gauss_levels((lo + hi) / 2, spread)]
 
 
 def expected_level(distribution: Sequence[float]) -> float:

@@ -52,6 +52,12 @@ def channel_range(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.maximum(np.maximum(r, g), b), np.minimum(np.minimum(r, g), b)
 
 
+def _smooth_chroma(x: np.ndarray) -> np.ndarray:
+    """Chroma (max - min over RGB) of a smoothed copy: coherent colour survives, the chroma of
+    per-pixel noise averages out, so a noisy gray photo still reads as gray."""
+    return np.subtract(*channel_range(_blur(x, 3.0)))
+
+
 def _blur(y: np.ndarray, sigma: float) -> np.ndarray:
     return cv2.GaussianBlur(y, (0, 0), sigma, borderType=cv2.BORDER_REFLECT)
 
@@ -180,6 +186,34 @@ def level_occupancy(x: np.ndarray) -> float:
     return float(np.mean(fracs))
 
 
+def flat_fraction(y: np.ndarray) -> float:
+    """Share of pixels whose 8-bit luminance equals both their right and lower neighbour. Pixelation
+    makes most of the image such runs; photos, even smooth ones, have few (noise and grain)."""
+    u8 = (y * 255 + 0.5).astype(np.uint8)
+    same = (u8[:-1, :-1] == u8[:-1, 1:]) & (u8[:-1, :-1] == u8[1:, :-1])
+    return float(same.mean())
+
+
+def grid_sparsity(y: np.ndarray) -> float:
+    """Share of pixel columns (and rows) across which the image almost never changes: the mean step to
+    the next column is under a quarter of the typical busy column's. Pixelation changes only at block
+    edges, so most columns are empty; photos, banding and noise change everywhere."""
+    out = []
+    for axis in (0, 1):
+        profile = np.abs(np.diff(y, axis=axis)).mean(axis=1 - axis)
+        busy = float(np.percentile(profile, 90))
+        out.append(float(np.mean(profile < 0.25 * busy)) if busy > 0 else 1.0)
+    return float(np.mean(out))
+
+
+def distinct_colors(x: np.ndarray) -> int:
+    """Number of distinct 8-bit RGB colours (on every other pixel: enough to find a palette's colours,
+    at a quarter of the cost). Photos have tens of thousands; a quantized image has its palette size."""
+    u8 = (x[::2, ::2] * 255 + 0.5).astype(np.uint32)
+    packed = (u8[..., 0] << 16) | (u8[..., 1] << 8) | u8[..., 2]
+    return int(np.unique(packed).size)
+
+
 # ------------------------------------------------------------------------------------ sharpening
 
 def halo_overshoot(y: np.ndarray) -> float:
@@ -228,6 +262,8 @@ def measure(image: ImageLike) -> dict[str, float]:
         "chroma_noise": float(np.percentile(noise_sigma_blocks(chroma_cb) * 255, 10) + np.percentile(noise_sigma_blocks(chroma_cr) * 255, 10)) / 2,
         # compression
         "blockiness": blockiness(y),
+        "flat_frac": flat_fraction(y),
+        "grid_sparsity": grid_sparsity(y),
         # brightness
         "mean_luma": float(y255.mean()),
         "p01": float(p[0]), "p05": float(p[1]), "median_luma": float(p[2]), "p95": float(p[3]), "p99": float(p[4]),
@@ -242,8 +278,12 @@ def measure(image: ImageLike) -> dict[str, float]:
         "colorfulness": colorfulness(x),
         "chroma_p95": float(np.percentile(chroma, 95) * 255),
         "chroma_mean": float(chroma.mean() * 255),
+        "chroma_smooth_p95": float(np.percentile(_smooth_chroma(x), 95) * 255),
         "oversat": float(np.mean((xmax > 0.98) & (xmin < 0.05) & (y > 0.1))),
+        # Strong colours pushed out of gamut: a channel clipped at 0 or 255 while chroma is high.
+        "gamut_clip": float(np.mean(((xmax > 0.995) | (xmin < 0.005)) & (chroma > 0.4))),
         "occupancy": level_occupancy(x),
+        "colors": float(distinct_colors(x)),
         # sharpening
         "overshoot": halo_overshoot(y),
     }
@@ -287,7 +327,6 @@ def measure_fr(image: ImageLike, reference: ImageLike) -> dict[str, float]:
     detail = yr - _blur(yr, 1.5)
     denom = float(np.sqrt((resid ** 2).sum() * (detail ** 2).sum()))
     sigma, explained = best_blur_fit(yd, yr)
-    cd, cr = np.subtract(*channel_range(xd)), np.subtract(*channel_range(xr))
     cbd, crd = _chroma_planes(xd, yd)
     cbr, crr = _chroma_planes(xr, yr)
     chroma_noise = lambda p, q: float(np.percentile(noise_sigma_blocks(p), 10) + np.percentile(noise_sigma_blocks(q), 10)) * 127.5
@@ -306,8 +345,14 @@ def measure_fr(image: ImageLike, reference: ImageLike) -> dict[str, float]:
         "fr_chroma_noise_gain": chroma_noise(cbd, crd) - chroma_noise(cbr, crr),
         "fr_block_gain": blockiness(yd) - blockiness(yr),
         "fr_impulse_gain": impulse_fraction(xd) - impulse_fraction(xr),
-        "fr_chroma_ratio": float(np.log2((cd.mean() * 255 + 1) / (cr.mean() * 255 + 1))),
+        # On smoothed copies: added noise has chroma too, but no coherent colour.
+        "fr_chroma_ratio": float(np.log2((_smooth_chroma(xd).mean() * 255 + 4) / (_smooth_chroma(xr).mean() * 255 + 4))),
+        "fr_ref_chroma": float(np.percentile(_smooth_chroma(xr), 95) * 255),
         "fr_occupancy_ratio": float(level_occupancy(xd) / max(level_occupancy(xr), 1e-6)),
         "fr_overshoot_gain": halo_overshoot(yd) - halo_overshoot(yr),
         "fr_conc_gain": fine_band_concentration(yd) - fine_band_concentration(yr),
+        "fr_color_err": float(np.abs(xd - xr).mean() * 255),
+        "fr_flat_gain": flat_fraction(yd) - flat_fraction(yr),
+        "fr_grid_gain": grid_sparsity(yd) - grid_sparsity(yr),
+        "fr_colors_ratio": float(np.log10(distinct_colors(xd) / max(distinct_colors(xr), 1))),
     }
