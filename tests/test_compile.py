@@ -295,3 +295,18 @@ def test_assess_with_a_compiled_program_sends_its_demos_to_the_model(tmp_path, p
     assert len(images) == 1  # only the real question carries an image
     assert base64.b64decode(images[0]["image_url"]["url"].split(",", 1)[1]) == image.read_bytes()
     assert refused.exit_code == 2 and "compiled for the 'planner' module, not 'detect'" in refused.output
+
+
+def test_programs_listed_in_pipeline_yaml_are_loaded_by_the_python_api(tmp_path, detect_program):
+    from agentic_iqa.agents.vlm import VLMRoles
+    from agentic_iqa.config import load_settings
+
+    path, _ = detect_program
+    (tmp_path / "detect.json").write_bytes(path.read_bytes())
+    (tmp_path / "pipeline.yaml").write_text("programs:\n  detect: detect.json\n")  # relative to the config folder
+    roles = VLMRoles(load_settings(tmp_path, lm="openai/fake-vlm", api_base="http://127.0.0.1:9/v1"))
+    assert len(roles.modules["detect"].step.predict.demos) == 2
+    assert roles.modules["planner"].step.predict.demos == []
+    (tmp_path / "pipeline.yaml").write_text("programs:\n  planner: detect.json\n")
+    with pytest.raises(ProgramError, match="not 'planner'"):
+        VLMRoles(load_settings(tmp_path, lm="openai/fake-vlm", api_base="http://127.0.0.1:9/v1"))
