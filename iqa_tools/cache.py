@@ -6,7 +6,8 @@ Only raw scores are stored; normalization is recomputed on read, so changing β 
 
 WAL journaling lets readers and one writer work at once across processes; writers wait up to
 `timeout` seconds for the lock. When the database outgrows `max_mb` the oldest quarter of rows is deleted
-(SQLite reuses the freed pages, so the file stops growing). A cache that cannot be opened or written
+(SQLite reuses the freed pages, so the file stops growing); the WAL file beside it is trimmed back to
+1 MB after each checkpoint. A cache that cannot be opened or written
 (read-only disk, corrupt file) is disabled with a warning instead of failing the scoring.
 """
 from __future__ import annotations

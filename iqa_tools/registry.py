@@ -185,12 +185,10 @@ class ToolRegistry:
     def availability(self, name: str) -> tuple[bool, str]:
         """(runs here?, why / why not). Checks packages and files on disk only; no network, no torch."""
         spec = self.spec(name)
-        if (spec.name, self._device or "") in self._metrics:
-            return True, "loaded"
         found = weights.check(spec, self.weights_dir)
         if found.ok:
             if spec.model_path:
-                return True, "parameter file bundled"
+                return True, "parameter file present"
             return True, "weights present" if spec.needs_weights else "weight-free"
         why = weights.describe_missing(spec, found, self.weights_dir)
         if found.missing_files and not found.missing_modules and not self.offline:
