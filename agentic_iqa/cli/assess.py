@@ -254,12 +254,12 @@ def _batch(images, manifest, out, query, reference, lm, api_base, config, offlin
 class _Progress:
     """A rich progress bar on stderr (rate, ETA, failures); shown only on a terminal."""
 
-    def __init__(self, enabled: bool):
+    def __init__(self, enabled: bool, console=None):
         from rich.console import Console
         from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn,
                                    TimeElapsedColumn, TimeRemainingColumn)
 
-        console = Console(stderr=True)
+        console = console or Console(stderr=True)
         self.progress = Progress(
             SpinnerColumn(), TextColumn("assessing"), BarColumn(), MofNCompleteColumn(),
             TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
