@@ -135,6 +135,8 @@ def default_tools(ctx: AssessmentContext, distortion_set: Optional[dict[str, lis
 def _select_and_execute(state, ctx, roles):
     plan: PlannerOutput = state["plan"]
     dset = state.get("distortion_set")
+    if dset is not None and not any(dset.values()):
+        dset = None  # nothing detected: tools rate the image as a whole ("Overall")
     selected = None
     if plan.plan.tool_selection:
         t0 = time.perf_counter()
@@ -144,7 +146,7 @@ def _select_and_execute(state, ctx, roles):
             if lm_unreachable(exc) and getattr(roles, "offline", None) is not None:
                 raise
             _error("select", ctx, exc)
-        if not selected and plan.plan.tool_execution:
+        if not (selected and any(selected.values())) and plan.plan.tool_execution:
             selected = default_tools(ctx, dset)
             ctx.trace.add("select", "fallback", f"no valid tool selection; generic tools used: {selected}")
         ctx.trace.add("select", "end", seconds=time.perf_counter() - t0)
@@ -152,7 +154,9 @@ def _select_and_execute(state, ctx, roles):
         selected = required_tool_assignments(plan, dset)
     elif plan.plan.tool_execution:
         selected = default_tools(ctx, dset)
-    out = {"selected_tools": selected or None, "tool_logs": []}
+    if selected is not None and not any(selected.values()):
+        selected = None
+    out = {"selected_tools": selected, "tool_logs": []}
     if plan.plan.tool_execution and selected:
         ctx.emit({"stage": "execute", "event": "start"})
         t0 = time.perf_counter()

@@ -13,6 +13,8 @@ def build_lm(role: RoleLM, role_name: str = "lm"):
     """A `dspy.LM` for one role, or None when no model is configured for it."""
     if not role.model:
         return None
+    if role.model == DEMO_MODEL_NAME:
+        return shipped_demo_lm()
     import dspy
 
     kwargs: dict = dict(
@@ -40,6 +42,24 @@ def build_lm(role: RoleLM, role_name: str = "lm"):
         return dspy.LM(role.model, **kwargs)
     except ValueError as exc:
         raise ConfigError(f"{role_name}: model {role.model!r}: {exc}") from None
+
+
+DEMO_MODEL_NAME = "demo"
+
+
+def shipped_demo_lm():
+    """`--lm demo`: the scripted fixture-echo LM of `optimizers.demo_lm` (NOT a model) over every shipped
+    fixture, so compile → assess --program can be tried offline. Unknown images get uninformed answers."""
+    from optimizers.demo_lm import FixtureEchoEngine, demo_lm
+    from optimizers.fixtures import default_catalog, load_dataset
+    from optimizers.tasks import MODULE_CLASSES
+
+    catalog = default_catalog()
+    examples = []
+    for module in MODULE_CLASSES:
+        data = load_dataset(module, catalog=catalog)
+        examples += data.train + data.val
+    return demo_lm([], engine=FixtureEchoEngine(examples, catalog.modes, catalog.strengths))
 
 
 def build_role_lms(backends: ModelBackends) -> dict:

@@ -29,7 +29,7 @@ _DISTORTION_WORDS: list[tuple[str, str]] = [
 
 # Aesthetic / semantic questions the paper routes to "Other" (no distortion tools apply).
 _OTHER_WORDS = re.compile(
-    r"\b(aesthetic\w*|beaut\w*|pretty|emotion\w*|feel\w*|mood|style|artistic|composition|"
+    r"\b(aesthetic\w*|beaut\w*|pretty|cute|lovely|funny|happy|sad|emotion\w*|feel\w*|mood|style|artistic|composition|"
     r"creative|interesting|memorable|appeal\w*|what (?:is|are) (?:in|shown)|describe the scene|"
     r"how many|who|caption)\b",
     re.I,
@@ -76,14 +76,15 @@ def _is_distortion_word(word: str) -> bool:
     return any(re.fullmatch(pattern, word, re.I) for pattern, _ in _DISTORTION_WORDS)
 
 
-def named_regions(text: str) -> list[str]:
+def named_regions(text: str, exclude: Iterable[str] = ()) -> list[str]:
     """Objects/regions the query is about: 'Is the sky blurry?' -> ['sky']; 'the man's face' -> ['face']."""
     regions: list[str] = []
+    excluded = {e.lower() for e in exclude}
     for m in _REGION.finditer(text):
-        if re.search(r"\bof\s*$", text[: m.start()], re.I):
-            continue  # "the face of the man": the region is the face
+        if regions and re.search(r"\bof\s*$", text[: m.start()], re.I):
+            continue  # "the face of the man": the region is the face (but "the quality of the sky": the sky)
         word = (m.group(2) or m.group(1)).lower()
-        if word in _NOT_REGIONS or word in _NOT_OBJECTS or _OTHER_WORDS.fullmatch(word) or _is_distortion_word(word) or word.endswith("ly"):
+        if word in excluded or word in _NOT_REGIONS or word in _NOT_OBJECTS or _OTHER_WORDS.fullmatch(word) or _is_distortion_word(word) or word.endswith("ly"):
             continue
         if word not in regions:
             regions.append(word)
@@ -99,6 +100,7 @@ def named_tools(text: str, tool_names: Iterable[str]) -> list[str]:
 
 def rule_decision(query: str, tool_names: Iterable[str] = ()) -> PlannerDecision:
     """DESIGN §3's planner, applied to the words of the query."""
+    tool_names = list(tool_names)
     question = _question_part(query)
     options = mcq_options(query)
     distortions = named_distortions(question) + [
@@ -106,7 +108,7 @@ def rule_decision(query: str, tool_names: Iterable[str] = ()) -> PlannerDecision
     ]
     distortions = list(dict.fromkeys(distortions))
     tools = named_tools(query, tool_names)
-    regions = named_regions(question)
+    regions = named_regions(question, exclude=[t.lower() for t in tool_names])
     is_other = bool(_OTHER_WORDS.search(question)) and not distortions and not tools
     query_type = "Other" if is_other else "IQA"
     scope = regions or [GLOBAL]

@@ -228,8 +228,9 @@ class VLMRoles:
                 allowed[name] = ""
         _allowed_tools.set(allowed)
         # FR tools first when a reference exists (spec 000); NR tools are offered only without one.
-        description = ctx.registry.describe_tools("FR", available_only=True) if mode == "FR" else ""
-        description += ctx.registry.describe_tools("NR", available_only=True)
+        parts = [ctx.registry.describe_tools("FR", available_only=True)] if mode == "FR" else []
+        parts.append(ctx.registry.describe_tools("NR", available_only=True))
+        description = "\n".join(p for p in parts if p)
         result = self._call(
             ctx, "select", "executor", "select",
             distortion_set=distortion_set or {"Global": ["Overall"]},

@@ -166,7 +166,7 @@ def render(result, verbose: bool = False) -> None:
     body = f"{head}\n\n{escape(r.quality_reasoning)}"
     con.print(Panel(body, title=f"[b]{escape(result.query[:200])}[/]", subtitle=f"answered by {escape(result.backend[:160])}", expand=False))
     ev = result.evidence
-    if ev and ev.distortion_analysis:
+    if ev and ev.distortion_analysis and any(ev.distortion_analysis.values()):
         t = Table(title="Distortions", show_lines=False)
         for col in ("object", "type", "severity", "evidence"):
             t.add_column(col)
