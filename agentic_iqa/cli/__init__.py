@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from agentic_iqa.cli import assess as _assess
+from agentic_iqa.cli import bench as _bench
 from agentic_iqa.cli import compile as _compile
 from agentic_iqa.cli import tools as _tools
 
@@ -19,6 +20,8 @@ app.add_typer(_tools.app, name="tools")
 app.command("assess")(_assess.assess_command)
 app.command("compile")(_compile.compile_command)
 app.add_typer(_compile.fixtures_app, name="fixtures")
+app.add_typer(_bench.app, name="bench")
+app.command("eval")(_bench.eval_command)
 
 
 def main() -> None:

@@ -1,0 +1,133 @@
+"""`agentic-iqa bench make` (synthetic KADID-style benchmark) and `agentic-iqa eval MANIFEST`."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from agentic_iqa.cli.common import EXIT_BAD_INPUT, EXIT_PARTIAL, fail, setup_logging
+
+app = typer.Typer(help="Make the synthetic benchmark.", no_args_is_help=True, add_completion=False)
+
+
+@app.command("make")
+def make_command(
+    out: Path = typer.Argument(..., help="Folder to write the images and manifest.jsonl into."),
+    seed: int = typer.Option(0, "--seed", help="Same seed → byte-identical benchmark."),
+    refs: Optional[list[str]] = typer.Option(None, "--ref", help="Reference image names (repeatable; default: all)."),
+    types: Optional[list[str]] = typer.Option(None, "--type", help="Distortion types (repeatable; default: all)."),
+    no_mcq: bool = typer.Option(False, "--no-mcq", help="Do not add multiple-choice question rows."),
+) -> None:
+    """Generate the KADID-style synthetic benchmark from scikit-image's sample photos (offline, deterministic)."""
+    from rich.console import Console
+
+    from agentic_iqa.bench.synth import make_benchmark
+
+    try:
+        with Console(stderr=True).status("generating…"):
+            manifest = make_benchmark(out, seed=seed, refs=refs or None, types=types or None, mcq=not no_mcq)
+    except (ValueError, OSError) as exc:
+        fail(str(exc), EXIT_BAD_INPUT)
+    n = sum(1 for _ in manifest.open())
+    typer.echo(f"wrote {n} rows to {manifest}")
+
+
+def eval_command(
+    manifest: Path = typer.Argument(..., help="JSONL manifest (see `agentic_iqa.bench.manifest`)."),
+    mode: str = typer.Option("both", "--mode", help="nr | fr | both: assess without and/or with the reference."),
+    split: str = typer.Option("test", "--split", help="test | train | all rows of the manifest."),
+    limit: Optional[int] = typer.Option(None, "--limit", help="Only the first N rows (after the split filter)."),
+    lm: Optional[str] = typer.Option(None, "--lm", help="DSPy model string; default: the configured LM, else offline."),
+    api_base: Optional[str] = typer.Option(None, "--api-base"),
+    config: Optional[Path] = typer.Option(None, "--config"),
+    offline: bool = typer.Option(False, "--offline", help="Use the offline analyst."),
+    concurrency: int = typer.Option(1, "--concurrency", min=1, help="Items assessed at once (useful with a remote LM)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    plot_path: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG of score vs level per type."),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """Assess every manifest row and report SRCC/KRCC/PLCC, intra-group SRCC, detection and MCQ accuracy."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+    from agentic_iqa.api import Assessor
+    from agentic_iqa.bench import evaluate as ev
+    from agentic_iqa.config import ConfigError, load_settings
+
+    setup_logging(verbose)
+    if mode not in {"nr", "fr", "both"} or split not in {"test", "train", "all"}:
+        fail("--mode must be nr, fr or both; --split test, train or all")
+    if not manifest.is_file():
+        fail(f"manifest {manifest} does not exist (make one with `agentic-iqa bench make DIR`)")
+    try:
+        assessor = Assessor(load_settings(config, lm=lm, api_base=api_base, backend="offline" if offline else None))
+    except ConfigError as exc:
+        fail(str(exc))
+    modes = ["nr", "fr"] if mode == "both" else [mode]
+    console = Console(stderr=True)
+    with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
+                  TimeRemainingColumn(), console=console, disable=as_json) as progress:
+        task = progress.add_task("assessing", total=None)
+
+        def on_item(item):
+            progress.advance(task)
+
+        from agentic_iqa.bench.manifest import read_manifest
+
+        rows, _ = read_manifest(manifest)
+        rows = [r for r in rows if split == "all" or r.split == split][: limit or None]
+        progress.update(task, total=sum(1 for r in rows for m in modes if m == "nr" or r.reference_path))
+        report, items, problems = ev.evaluate(manifest, assessor, modes=modes, split=split, limit=limit,
+                                              concurrency=concurrency, on_item=on_item)
+    report["backend"] = assessor.roles.name
+    if plot_path:
+        ev.plot(items, plot_path)
+        report["plot"] = str(plot_path)
+    if as_json:
+        typer.echo(json.dumps(report, indent=2, default=str))
+    else:
+        render(report, console=Console())
+    for p in problems:
+        Console(stderr=True).print(f"[yellow]skipped manifest line {p.line}:[/] {p.reason}")
+    if problems or report["errors"]:
+        raise typer.Exit(EXIT_PARTIAL)
+
+
+def render(report: dict, console) -> None:
+    from rich.table import Table
+
+    from agentic_iqa.bench.evaluate import fmt
+
+    for mode in ("nr", "fr"):
+        part = report.get(mode)
+        if not part:
+            continue
+        t = Table(title=f"{mode.upper()} mode — {part['items']} items ({part['failed']} failed), {report['backend']}")
+        for c in ("metric", "n", "SRCC", "KRCC", "PLCC"):
+            t.add_column(c)
+        if "vs_level" in part:
+            c = part["vs_level"]
+            t.add_row("score vs −level (all)", str(c["n"]), fmt(c["srcc"]), fmt(c["krcc"]), fmt(c["plcc"]))
+            for typ, c in sorted(part["vs_level_per_type"].items(), key=lambda kv: str(kv[0])):
+                t.add_row(f"  {typ}", str(c["n"]), fmt(c["srcc"]), fmt(c["krcc"]), fmt(c["plcc"]))
+            ig = part["intra_group"]
+            t.add_row("intra-group SRCC (level vs score)", str(ig["groups"]), fmt(ig["srcc"]), "", "")
+        if "vs_mos" in part:
+            c = part["vs_mos"]
+            t.add_row("score vs MOS", str(c["n"]), fmt(c["srcc"]), fmt(c["krcc"]), fmt(c["plcc"]))
+        console.print(t)
+        lines = []
+        if "detection" in part:
+            d, h = part["detection"], part["detection_levels_3_5"]
+            lines.append(f"distortion category: top-1 {fmt(d['top1'])}, recall {fmt(d['recall'])} (n={d['n']}); "
+                         f"levels 3–5: top-1 {fmt(h['top1'])}, recall {fmt(h['recall'])} (n={h['n']})")
+        if "mcq" in part:
+            lines.append(f"multiple choice: accuracy {fmt(part['mcq']['accuracy'])} (n={part['mcq']['n']})")
+        if "seconds_per_item_median" in part:
+            lines.append(f"median time per item: {part['seconds_per_item_median']:.2f} s")
+        for line in lines:
+            console.print(line)
+    for e in report.get("errors", [])[:10]:
+        console.print(f"[red]failed[/] {e['id']} ({e['mode']}): {e['error'][:160]}")
