@@ -14,7 +14,8 @@ Three layers:
   pyiqa forward already uses all cores through torch's intra-op threads, and running several at once
   would only oversubscribe the CPU. Items are pulled lazily, so at most `concurrency` images are in
   memory. DSPy's per-call history and trace are turned off for these calls (with `dspy.context`, never
-  the process-global `dspy.configure`): both would otherwise keep every request, image included.
+  the process-global `dspy.configure`): both would otherwise keep every request, image included. Its
+  image-formatting cache is cleared as items finish, and freed heap is handed back to the OS.
 * **Results file** (`ResultsFile`, `run_batch`): one JSON line per item, written with a single
   `write` and fsync'd as the item finishes, so a kill loses at most the items in flight. Each line
   carries a resume key — sha256 of (path, content sha256, query, mode, configuration fingerprint) —
@@ -398,6 +399,42 @@ def _quiet_dspy(roles: Any):
     return dspy.context(disable_history=True, trace=None)
 
 
+def _forget_images() -> None:
+    """Drop DSPy's per-image formatting cache (`Image.format` is an lru_cache of 32 entries, each
+    holding the image twice as a base64 data URL): a finished item's image must not stay in memory.
+    Items still running just format theirs again (a data URL formats to itself)."""
+    import sys
+
+    dspy = sys.modules.get("dspy")
+    fmt = getattr(getattr(dspy, "Image", None), "format", None)
+    if fmt is not None and hasattr(fmt, "cache_clear"):
+        fmt.cache_clear()
+
+
+def _trim_heap() -> None:
+    """Give freed heap memory back to the OS (glibc only; elsewhere a no-op).
+
+    Each assessment allocates and frees tens of MB (decoded images, base64 request bodies, tool
+    buffers) in several threads; glibc keeps such freed memory in per-thread arenas, so a long batch's
+    resident size would climb by hundreds of MB without holding anything. `malloc_trim(0)` releases it
+    (~0.1 s with a 2 GB heap, so it runs once per `concurrency` finished items, not per item)."""
+    global _malloc_trim
+    if _malloc_trim is None:
+        import ctypes
+        import ctypes.util
+
+        try:
+            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+            _malloc_trim = libc.malloc_trim
+        except (OSError, AttributeError):
+            _malloc_trim = False
+    if _malloc_trim:
+        _malloc_trim(0)
+
+
+_malloc_trim = None
+
+
 class BatchRunner:
     """Runs prepared items on one Assessor with bounded concurrency; see `assess_many`."""
 
@@ -442,6 +479,8 @@ class BatchRunner:
         except Exception as exc:  # noqa: BLE001 - one item's crash must not take the batch down
             return ItemResult(status="failed", error=f"{type(exc).__name__}: {exc}", error_type="error",
                               seconds=time.perf_counter() - t0, **base)
+        finally:
+            _forget_images()
         return ItemResult(status="ok", result=result, seconds=time.perf_counter() - t0, **base)
 
     def run(self, items: Iterable[PreparedItem | tuple[int, BatchItem]]) -> Iterator[ItemResult]:
@@ -459,6 +498,7 @@ class BatchRunner:
                     return
                 pending.add(pool.submit(self.run_one, nxt))
 
+        finished = 0
         try:
             refill()
             while pending:
@@ -466,6 +506,10 @@ class BatchRunner:
                 for fut in done:
                     pending.discard(fut)
                 refill()  # keep the workers busy while the caller handles what finished
+                finished += len(done)
+                if finished >= self.concurrency:
+                    finished = 0
+                    _trim_heap()
                 for fut in done:
                     yield fut.result()
         finally:

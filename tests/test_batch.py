@@ -5,6 +5,7 @@ offline backend through the real CLI; no network.
 """
 from __future__ import annotations
 
+import base64
 import io
 import json
 import os
@@ -407,6 +408,23 @@ def test_dspy_history_and_trace_stay_empty_in_a_batch(tmp_path, settings, regist
     # Outside a batch DSPy keeps them (images included): this test would see a leak.
     assessor.assess(imgs[0])
     assert len(vlm.lm.history) == 5
+
+
+def test_finished_items_images_are_not_held(tmp_path, settings, registry):
+    """DSPy memoizes Image.format (32 entries, each the image as a base64 data URL, twice); a batch
+    clears it as items finish, so no finished item's image stays alive."""
+    import gc
+
+    imgs = images(tmp_path, 3)
+    assessor, _ = canned_assessor(settings, registry)
+    assessor.assess(imgs[0])  # a plain assessment leaves its image in DSPy's cache …
+    assert dspy.Image.format.cache_info().currsize > 0
+    assert all(r.ok for r in assess_many(imgs, assessor=assessor, concurrency=2))
+    assert dspy.Image.format.cache_info().currsize == 0  # … a batch does not
+    gc.collect()
+    batch_only = {base64.b64encode(p.read_bytes()).decode() for p in imgs[1:]}  # imgs[0] also ran outside
+    alive = [o for o in gc.get_objects() if type(o) is dspy.Image and o.url.split(",", 1)[-1] in batch_only]
+    assert alive == []
 
 
 # ── whole batches ───────────────────────────────────────────────────────────────────────────────
