@@ -125,17 +125,17 @@ def test_pixel_limit_is_configurable(cases, tmp_path):
     image = cases["grayscale"].args[0]
     r = cli(image, "--config", str(tmp_path))
     assert r.exit_code == EXIT_BAD_INPUT
-    assert "96×72 = 6,912 pixels exceeds the limit of 1,000" in " ".join(r.stderr.split())
+    assert "128×96 = 12,288 pixels exceeds the limit of 1,000" in " ".join(r.stderr.split())
 
 
 def test_reference_of_another_size_is_a_clear_error(cases):
     msg = refused(cases["reference of another size"])
-    assert "is 96×72 but the reference" in msg and "64×48" in msg and "--resize-reference" in msg
+    assert "is 128×96 but the reference" in msg and "64×48" in msg and "--resize-reference" in msg
 
 
 def test_reference_of_another_size_is_resized_when_asked(cases):
     out = assessed(cases["reference of another size, --resize-reference"])
-    assert any("reference resized from 64×48 to 96×72" in n for n in out["notes"])
+    assert any("reference resized from 64×48 to 128×96" in n for n in out["notes"])
     assert out["reference"].endswith("ref_small.png")  # the user's file is reported, not the temporary copy
     assert out["plan"]["reference_mode"] == "Full-Reference"
 
