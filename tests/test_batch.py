@@ -581,3 +581,14 @@ def test_progress_bar_shows_rate_and_failures():
             progress.update(None, summary)
     text = buf.getvalue()
     assert "3/3" in text and "img/s" in text and "1 failed" in text and "1 degraded" in text
+
+
+def test_public_assess_many_builds_its_own_assessor(tmp_path):
+    import agentic_iqa
+
+    assert agentic_iqa.assess_many is assess_many  # exported lazily, like assess
+    imgs = images(tmp_path, 2)
+    results = list(agentic_iqa.assess_many([str(p) for p in imgs], config=tmp_path, backend="offline", concurrency=2,
+                                           use_cache=False))
+    assert sorted(r.index for r in results) == [0, 1]
+    assert all(r.ok and r.result.backend == "offline analyst" for r in results)
