@@ -5,7 +5,8 @@ recipe: 25 types x 5 levels) still measure what matters offline: whether scores 
 grows (intra-group SRCC) and whether the right distortion category is named (detection accuracy).
 
 References (``REFERENCES``): the photographic RGB samples plus gray ones converted to RGB, centre-cropped
-to 4:3 and resized to 512x384. ``clock`` (already motion-blurred), ``moon`` (visible 8x8 JPEG blocking:
+to 4:3 and resized to 512x384. "motorcycle" is the left view of ``stereo_motorcycle``, a garage scene
+that ships with scikit-image like the others. ``clock`` (already motion-blurred), ``moon`` (visible 8x8 JPEG blocking:
 blockiness 2.4 where clean photos measure < 1.1), ``hubble_deep_field`` (almost all black) and ``retina``
 (a disc on black) are left out: a reference must be a clean photo.
 Split (fixed, by reference, so no content is shared): test = coffee, rocket, coins, gravel (two colour,
@@ -43,6 +44,7 @@ TEST_REFS = ("coffee", "rocket", "coins", "gravel")
 # name -> True when the sample is colour
 REFERENCES: dict[str, bool] = {
     "astronaut": True, "chelsea": True, "coffee": True, "rocket": True, "immunohistochemistry": True,
+    "motorcycle": True,
     "camera": False, "coins": False, "brick": False, "grass": False, "gravel": False,
 }
 
@@ -228,7 +230,7 @@ def load_reference(name: str, size: tuple[int, int] = SIZE) -> np.ndarray:
     """A scikit-image sample as float32 RGB in [0, 1]: centre-cropped to the target aspect, resized."""
     import skimage.data
 
-    img = getattr(skimage.data, name)()
+    img = skimage.data.stereo_motorcycle()[0] if name == "motorcycle" else getattr(skimage.data, name)()
     if img.ndim == 2:
         img = np.repeat(img[..., None], 3, axis=2)
     img = img[..., :3]

@@ -1,0 +1,94 @@
+"""Manifest format: round trip, broken rows reported by line number, the KADID-10k converter."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from pydantic import ValidationError
+
+from agentic_iqa.bench.manifest import (KADID_TYPES, NON_MONOTONE_TYPES, ManifestRow, kadid_to_manifest,
+                                        read_manifest, write_manifest)
+
+
+@pytest.fixture
+def folder(tmp_path):
+    (tmp_path / "img").mkdir()
+    for name in ("a.png", "b.png", "ref.png"):
+        (tmp_path / "img" / name).write_bytes(b"not read by the manifest reader")
+    return tmp_path
+
+
+def test_round_trip(folder):
+    rows = [
+        ManifestRow(id="a", image="img/a.png", reference="img/ref.png", type="jpeg", level=4, split="train", source="r"),
+        ManifestRow(id="b", image="img/b.png", mos=3.25, question="Blurry? A. Yes B. No",
+                    options={"A": "Yes", "B": "No"}, answer="B"),
+    ]
+    path = write_manifest(rows, folder / "m.jsonl")
+    back, problems = read_manifest(path)
+    assert problems == []
+    assert [r.model_dump() for r in back] == [r.model_dump() for r in rows]
+    assert back[0].category == "Compression"  # filled in from the type
+    assert back[0].image_path == folder / "img/a.png" and back[1].reference_path is None
+    assert back[0].group == ("r", "jpeg")
+    assert "category" not in path.read_text().splitlines()[1]  # nulls are left out
+
+
+def test_broken_rows_are_skipped_with_their_line_numbers(folder):
+    good = {"id": "ok", "image": "img/a.png", "type": "white noise", "level": 2}
+    lines = [
+        json.dumps(good),                                                    # 1
+        '{"id": "x", "image": "img/a.png", "type": "jpeg", "level": 2',      # 2 bad JSON
+        "",                                                                  # 3 blank: ignored
+        json.dumps({**good, "id": "gone", "image": "img/missing.png"}),      # 4 missing file
+        json.dumps({**good, "id": "t", "type": "sepia"}),                    # 5 unknown type
+        json.dumps({**good, "id": "l", "level": 7}),                         # 6 bad level
+        json.dumps({**good, "id": "ok"}),                                    # 7 duplicate id
+        "# a comment",                                                       # 8 ignored
+        json.dumps({**good, "id": "r", "reference": "img/nope.png"}),        # 9 missing reference
+        json.dumps({"id": "n", "image": "img/b.png"}),                       # 10 nothing to score against
+        json.dumps({**good, "id": "c", "category": "Blurs"}),                # 11 category contradicts type
+        "[1, 2]",                                                            # 12 not an object
+        json.dumps({**good, "id": "ok2", "image": "img/b.png"}),             # 13 fine
+    ]
+    path = folder / "m.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    rows, problems = read_manifest(path)
+    assert [r.id for r in rows] == ["ok", "ok2"]
+    by_line = {p.line: str(p) for p in problems}
+    assert sorted(by_line) == [2, 4, 5, 6, 7, 9, 10, 11, 12]
+    assert "bad JSON" in by_line[2]
+    assert "missing image file img/missing.png" in by_line[4] and "(gone)" in by_line[4]
+    assert "unknown distortion type 'sepia'" in by_line[5]
+    assert "level" in by_line[6]
+    assert "duplicate id" in by_line[7]
+    assert "missing reference file" in by_line[9]
+    assert "nothing to score" in by_line[10]
+    assert "belongs to 'Noise'" in by_line[11]
+    assert by_line[2].startswith("line 2:")
+
+
+def test_answer_must_be_an_option():
+    with pytest.raises(ValidationError, match="not one of the options"):
+        ManifestRow(id="q", image="x.png", question="?", options={"A": "Yes", "B": "No"}, answer="C")
+    with pytest.raises(ValidationError, match="go together"):
+        ManifestRow(id="q", image="x.png", level=1, question="?")
+
+
+def test_kadid_csv_converter(folder):
+    csv = folder / "dmos.csv"
+    csv.write_text("dist_img,ref_img,dmos,var\n"
+                   "I01_03_05.png,I01.png,2.57,0.9\n"
+                   "I70_25_01.png,I70.png,4.1,0.5\n")
+    out = kadid_to_manifest(csv, folder / "sub" / "kadid.jsonl")
+    rows, problems = read_manifest(out, check_files=False)
+    assert problems == []
+    first, second = rows
+    assert (first.type, first.category, first.level, first.mos, first.split) == ("motion blur", "Blurs", 5, 2.57, "train")
+    assert first.image == "../images/I01_03_05.png" and first.reference == "../images/I01.png"
+    assert (second.type, second.split, second.source) == ("contrast change", "test", "I70")
+    assert second.type in NON_MONOTONE_TYPES and len(KADID_TYPES) == 25
+    bad = folder / "bad.csv"
+    bad.write_text("dist_img,ref_img,dmos,var\nweird.png,I01.png,1,1\n")
+    with pytest.raises(ValueError, match="unexpected KADID image name"):
+        kadid_to_manifest(bad)

@@ -1,0 +1,86 @@
+"""The synthetic benchmark generator: deterministic, valid manifests, distortions that grow with level."""
+from __future__ import annotations
+
+import hashlib
+import json
+
+import numpy as np
+import pytest
+
+from agentic_iqa.bench.manifest import CATEGORIES, read_manifest
+from agentic_iqa.bench.synth import REFERENCES, TEST_REFS, TYPES, distort, load_reference, make_benchmark
+
+
+def _digest(folder):
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    manifest = make_benchmark(out, seed=3, refs=["coins", "chelsea"],
+                              types=["jpeg", "white noise", "color saturation 1", "darken"], workers=1)
+    return out, manifest
+
+
+def test_same_seed_same_bytes_other_seed_other_noise(small, tmp_path):
+    out, _ = small
+    again = make_benchmark(tmp_path / "again", seed=3, refs=["coins", "chelsea"],
+                           types=["jpeg", "white noise", "color saturation 1", "darken"], workers=2)
+    assert _digest(out) == _digest(again.parent)
+    other = make_benchmark(tmp_path / "other", seed=4, refs=["coins"], types=["white noise"], workers=1)
+    name = "images/coins/coins__white-noise__L3.png"
+    assert (other.parent / name).read_bytes() != (out / name).read_bytes()
+
+
+def test_manifest_rows_and_files(small):
+    out, manifest = small
+    rows, problems = read_manifest(manifest)
+    assert problems == []
+    plain = [r for r in rows if r.question is None]
+    # colour saturation needs colour: applied to chelsea only, not to the gray coins
+    assert len(plain) == 2 * 3 * 5 + 1 * 5
+    assert not any(r.source == "coins" and r.type == "color saturation 1" for r in rows)
+    assert {r.split for r in plain if r.source == "coins"} == {"test"} and "coins" in TEST_REFS
+    assert {r.split for r in plain if r.source == "chelsea"} == {"train"}
+    jpeg = next(r for r in plain if r.type == "jpeg" and r.level == 5)
+    assert jpeg.image_path.suffix == ".jpg" and jpeg.image_path.read_bytes()[:2] == b"\xff\xd8"
+    assert jpeg.reference_path.is_file() and jpeg.category == "Compression"
+    meta = json.loads((out / "benchmark.json").read_text())
+    assert meta["seed"] == 3 and meta["types"]["jpeg"]["params"] == [43, 36, 24, 7, 4]
+
+
+def test_mcq_rows_ask_for_the_applied_category(small):
+    rows, _ = read_manifest(small[1])
+    mcq = [r for r in rows if r.question is not None]
+    assert len(mcq) == 7  # one per (reference, type) pair
+    for r in mcq:
+        assert r.level >= 3 and len(r.options) == 4
+        assert r.options[r.answer] == r.category
+        assert set(r.options.values()) <= set(CATEGORIES)
+        assert all(f"{k}. {v}" in r.question for k, v in r.options.items())
+
+
+def test_references_are_benchmark_sized_and_types_span_all_categories():
+    img = load_reference("coins")
+    assert img.shape == (384, 512, 3) and img.dtype == np.float32
+    assert np.allclose(img[..., 0], img[..., 2])  # gray sample converted to RGB
+    assert {t.category for t in TYPES.values()} >= set(CATEGORIES)
+    assert len(TYPES) >= 10 and all(len(t.params) == 5 for t in TYPES.values())
+    assert set(TEST_REFS) < set(REFERENCES)
+
+
+@pytest.mark.parametrize("type_name", ["gaussian blur", "lens blur", "white noise", "darken", "contrast decrease",
+                                       "color quantization", "jpeg2000"])
+def test_damage_grows_with_level(type_name):
+    ref = load_reference("camera", size=(256, 192))  # smaller, and JPEG2000 bottoms out
+    err = [float(np.abs(distort(ref, type_name, lv, key="t") - ref).mean()) for lv in range(1, 6)]
+    assert all(a < b for a, b in zip(err, err[1:])), err
+
+
+def test_unknown_names_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="unknown"):
+        make_benchmark(tmp_path, types=["no such type"])
+    with pytest.raises(ValueError, match="unknown"):
+        make_benchmark(tmp_path, refs=["moon"])

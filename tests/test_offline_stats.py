@@ -1,0 +1,168 @@
+"""The offline analyst's statistics and severities respond to known distortions.
+
+Images come from the synthetic generator applied to "coffee", a TEST-split reference the thresholds
+never saw, at full benchmark size (the thresholds are fitted at 512x384).
+"""
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from agentic_iqa.bench.manifest import CATEGORIES as MANIFEST_CATEGORIES
+from agentic_iqa.bench.synth import TEST_REFS, distort, load_reference
+from agentic_iqa.offline import severity as sv
+from agentic_iqa.offline import stats as st
+
+
+@pytest.fixture(scope="module")
+def coffee():
+    assert "coffee" in TEST_REFS
+    return load_reference("coffee")
+
+
+def _img(ref, type_name, level):
+    out = distort(ref, type_name, level, seed=0, key="test")
+    if isinstance(out, bytes):  # JPEG: decode the real encoder's bytes
+        return st.as_float_rgb(Image.open(io.BytesIO(out)))
+    return out
+
+
+def _levels(ref, type_name, category, reference=None):
+    return [sv.analyze(_img(ref, type_name, lv), reference)[category].level for lv in (1, 3, 5)]
+
+
+def test_categories_match_the_manifest():
+    assert sv.CATEGORIES == MANIFEST_CATEGORIES
+
+
+def test_as_float_rgb_conversions(tmp_path):
+    gray16 = (np.arange(12, dtype=np.uint16).reshape(3, 4) * 5000)
+    out = st.as_float_rgb(gray16)
+    assert out.shape == (3, 4, 3) and out.dtype == np.float32
+    assert out[2, 3, 0] == pytest.approx(55000 / 65535, abs=1e-6)
+    rgba = np.zeros((2, 2, 4), np.uint8)
+    rgba[..., 0] = 255
+    assert st.as_float_rgb(rgba)[..., 0].min() == 1.0 and st.as_float_rgb(rgba).shape == (2, 2, 3)
+    path = tmp_path / "x.png"
+    Image.fromarray((np.ones((4, 5, 3)) * 128).astype(np.uint8)).save(path)
+    assert st.as_float_rgb(path).shape == (4, 5, 3)
+    assert st.as_float_rgb(Image.open(path)).max() == pytest.approx(128 / 255)
+    with pytest.raises(ValueError):
+        st.as_float_rgb(np.zeros((2, 2, 2)))
+
+
+def test_raw_statistics_move_the_right_way(coffee):
+    clean = st.measure(coffee)
+    blurred = st.measure(_img(coffee, "gaussian blur", 4))
+    noisy = st.measure(_img(coffee, "white noise", 3))
+    jpeg = st.measure(_img(coffee, "jpeg", 5))
+    gray = st.measure(np.repeat(st.luma(coffee)[..., None], 3, axis=2))
+    assert blurred["reblur"] > clean["reblur"] + 0.2
+    assert blurred["lap_var"] < clean["lap_var"] / 10
+    assert noisy["noise_flat"] > 3 * clean["noise_flat"]
+    assert noisy["chroma_noise"] > 5 * clean["chroma_noise"]
+    assert clean["jpeg_grid"] < 1.2 < 2.0 < jpeg["jpeg_grid"]
+    assert gray["colorfulness"] < 1e-3 < clean["colorfulness"]
+
+
+def test_blur_severity_rises_with_sigma(coffee):
+    levels = _levels(coffee, "gaussian blur", "Blurs")
+    assert levels[0] < levels[1] < levels[2]
+    assert sv.analyze(coffee)["Blurs"].level < levels[1]
+    worst = sv.detect(_img(coffee, "gaussian blur", 5))[0]
+    assert worst.category == "Blurs" and worst.severity in ("severe", "extreme")
+
+
+@pytest.mark.parametrize("type_name,category,word", [
+    ("white noise", "Noise", "noise"),
+    ("impulse noise", "Noise", "noise"),
+    ("jpeg", "Compression", "JPEG"),
+    ("darken", "Brightness change", "under-exposure"),
+    ("brighten", "Brightness change", "over-exposure"),
+    ("color saturation 1", "Color distortions", "colour loss"),
+    ("contrast decrease", "Contrast", "contrast"),
+    ("high sharpen", "Sharpness", "sharpening"),
+])
+def test_strong_distortion_is_the_top_detection_with_a_measured_reason(coffee, type_name, category, word):
+    top = sv.detect(_img(coffee, type_name, 5))[0]
+    assert top.category == category
+    assert top.severity in ("moderate", "severe", "extreme")
+    assert word in top.explanation and any(ch.isdigit() for ch in top.explanation)
+    assert 0 < top.confidence <= 1
+
+
+def test_full_reference_mode_pins_down_mild_distortions(coffee):
+    # Level 2 is often invisible to the NR statistics; against the reference it is not.
+    for type_name, category in [("jpeg", "Compression"), ("gaussian blur", "Blurs"), ("darken", "Brightness change")]:
+        top = sv.detect(_img(coffee, type_name, 2), reference=coffee)[0]
+        assert top.category == category, type_name
+    assert sv.detect(coffee, reference=coffee) == []  # the reference itself: nothing found
+    with pytest.raises(ValueError, match="differ in size"):
+        st.measure_fr(coffee, coffee[:-8])
+
+
+def test_measure_fr_reuses_given_statistics(coffee):
+    img = _img(coffee, "white noise", 2)
+    direct = st.measure_fr(img, coffee)
+    reused = st.measure_fr(img, coffee, st.measure(img), st.measure(coffee))
+    assert direct == pytest.approx(reused)
+    assert direct["fr_noise"] > 3 and abs(direct["fr_median_shift"]) < 2
+
+
+def test_monochrome_image_is_not_called_desaturated(coffee):
+    gray = np.repeat(st.luma(coffee)[..., None], 3, axis=2)
+    noisy_gray = np.clip(gray + np.random.default_rng(0).normal(0, 0.05, gray.shape), 0, 1).astype(np.float32)
+    for img in (gray, noisy_gray):
+        colour = sv.analyze(img)["Color distortions"]
+        assert colour.severity == "none", colour.explanation
+        desaturated = next(d for d in sv.DETECTORS if d.name == "desaturated")
+        assert "monochrome" in desaturated.gate(st.measure(img))
+    assert desaturated.gate(st.measure(coffee)) is None
+
+
+def test_level_distribution_is_a_distribution_and_ranks_damage(coffee):
+    scores = []
+    for img in (coffee, _img(coffee, "lens blur", 2), _img(coffee, "lens blur", 4)):
+        dist = sv.level_distribution(sv.analyze(img))
+        assert len(dist) == 5 and sum(dist) == pytest.approx(1) and min(dist) >= 0
+        scores.append(sv.expected_level(dist))
+    assert scores[0] > scores[1] > scores[2]
+    assert scores[2] < 2.5 < scores[0]
+
+
+def test_level_distribution_expectation_tracks_badness_exactly():
+    # Built by hand: one category at a given raw level, the rest clean.
+    def analyses(raw):
+        return [sv.CategoryAnalysis(c, sv.severity_of(max(raw if i == 0 else -1, 0)), max(raw if i == 0 else -1, 0),
+                                    0.8, "x", "d", level_raw=raw if i == 0 else -1.0)
+                for i, c in enumerate(sv.CATEGORIES)]
+    qs = [sv.expected_level(sv.level_distribution(analyses(r))) for r in (0.0, 1.0, 2.5, 4.0, 6.0)]
+    assert all(a > b for a, b in zip(qs, qs[1:]))
+    b = sv.overall_badness(analyses(2.5))
+    assert qs[2] == pytest.approx(sv.quality_from_badness(b), abs=1e-6)
+    assert sv.quality_from_badness(0) == 5 and sv.quality_from_badness(4.5) == pytest.approx(1.4)
+
+
+def test_severity_edges():
+    assert [sv.severity_of(v) for v in (0, 0.49, 0.5, 2.49, 2.5, 3.5, 4.5, 5)] == [
+        "none", "none", "slight", "slight", "moderate", "severe", "extreme", "extreme"]
+
+
+def test_isotonic_fit_is_monotone_and_pools_violators():
+    x = np.array([1.0, 2.0, 3.0, 4.0])
+    y = np.array([1.0, 3.0, 2.0, 4.0])
+    kx, ky = sv.isotonic(x, y, np.ones(4))
+    assert kx.tolist() == [1.0, 2.5, 4.0] and ky.tolist() == [1.0, 2.5, 4.0]
+
+
+def test_shipped_thresholds_record_their_fit():
+    th = json.loads(sv.THRESHOLDS_PATH.read_text())
+    prov = th["provenance"]
+    assert prov["split"] == "train" and prov["n_images"] > 100 and prov["fitted"]
+    assert not set(prov["references"]) & set(TEST_REFS)
+    for mode in ("nr", "fr"):
+        assert set(th[mode]) == {d.name for d in sv.DETECTORS}
