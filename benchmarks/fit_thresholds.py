@@ -99,7 +99,7 @@ def fit(rows: list[ManifestRow], measured: list[dict], ref_stats: dict[str, dict
         "benchmark_seed": meta.get("seed"), "split": "train",
         "n_images": len(rows), "n_references": len(ref_stats), "references": sorted(ref_stats),
         "types": sorted({r.type for r in rows}), "code_commit": _git_commit(),
-        "method": "per detector: weighted ridge (alpha=1, standardized features) towards the applied level, "
+        "method": f"per detector: weighted non-negative ridge (alpha={sv.RIDGE}, standardized signed features) towards the applied level, "
                   "then isotonic map score->level; severity edges at levels 0.5/2.5/3.5/4.5",
     }
     return _round({"provenance": provenance, "severity_edges": list(sv.SEVERITY_EDGES), **fitted})

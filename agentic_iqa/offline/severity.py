@@ -3,10 +3,12 @@
 Each spec category has one or more *detectors* (``DETECTORS``): "Brightness change" has one for too dark
 and one for too bright, "Color distortions" one each for washed-out, garish and posterized colour,
 "Compression" one for JPEG blocking and one for JPEG2000 smearing. A detector is a weighted sum of a few
-hand-picked features (``FEATURES``) followed by a monotone map onto the benchmark's level scale, both
-fitted on the synthetic benchmark's TRAIN split by ``benchmarks/fit_thresholds.py`` and stored in
-``thresholds.json``: the weights by ridge regression towards the applied level (0 for clean images and
-other distortions), the map by isotonic regression of the level on the weighted sum. Its output
+hand-picked features (``FEATURES``; a leading "-" declares that the feature lowers the level, e.g. a
+high blur index argues for blur, a high share of detail on the strongest edges argues against it and for
+JPEG2000) followed by a monotone map onto the benchmark's level scale, both fitted on the synthetic
+benchmark's TRAIN split by ``benchmarks/fit_thresholds.py`` and stored in ``thresholds.json``: the
+weights by non-negative ridge regression towards the applied level (0 for clean images and other
+distortions), the map by isotonic regression of the level on the weighted sum. Its output
 ``level`` is a continuous estimate on 0..5 (0 = absent, 5 = the benchmark's strongest level); a
 category's level is its strongest detector's, and severities cut that scale at fixed points:
 none < 0.5 <= slight < 2.5 <= moderate < 3.5 <= severe < 4.5 <= extreme.
@@ -23,6 +25,7 @@ from pathlib import Path
 from typing import Callable, Iterable, NamedTuple, Optional, Sequence
 
 import numpy as np
+from scipy import optimize
 
 from . import stats as st
 
@@ -32,6 +35,7 @@ SEVERITIES = ("none", "slight", "moderate", "severe", "extreme")
 # slight, 3 moderate, 4 severe, 5 extreme.
 SEVERITY_EDGES = (0.5, 2.5, 3.5, 4.5)
 THRESHOLDS_PATH = Path(__file__).with_name("thresholds.json")
+RIDGE = 0.1  # chosen by leave-one-reference-out CV on the train split; penalty on the standardized weights, relative to the (unit-total) sample weights
 
 
 def severity_of(level: float) -> str:
@@ -118,52 +122,52 @@ def _monochrome(s: dict) -> Optional[str]:
 
 DETECTORS: tuple[Detector, ...] = (
     Detector("blur", "Blurs", "blur", ("gaussian blur", "lens blur", "motion blur"),
-             nr=("reblur", "mid_to_coarse", "fine_to_mid", "edge_sharp", "fine_conc"),
-             fr=("fr_fine_gain", "fr_mid_gain", "fr_blur_explained", "fr_conc_gain", "fr_detail_corr"),
+             nr=("reblur", "-mid_to_coarse", "-fine_to_mid", "-edge_sharp", "-fine_conc"),
+             fr=("-fr_fine_gain", "-fr_mid_gain", "fr_blur_explained", "-fr_conc_gain", "-fr_detail_corr"),
              primary="reblur", primary_fr="fr_fine_gain"),
     # The spec has no category for KADID's spatial family; pixelation is loss of detail, so it is
     # reported as a blur (the benchmark leaves it out of detection accuracy, not out of scoring).
     Detector("pixelate", "Blurs", "pixelation (blocky loss of detail)", ("pixelate",),
-             nr=("grid_sparsity", "flat_frac", "log_blockiness"),
+             nr=("grid_sparsity", "flat_frac", "-log_blockiness"),
              fr=("fr_grid_gain", "fr_flat_gain", "fr_blur_explained"),
              primary="grid_sparsity", primary_fr="fr_grid_gain"),
     Detector("jpeg", "Compression", "JPEG blocking", ("jpeg",),
-             nr=("log_jpeg_grid", "log_blockiness", "grid_sparsity"),
-             fr=("fr_log_jpeg_grid_gain", "fr_log_block_gain", "fr_grid_gain"),
+             nr=("log_jpeg_grid", "log_blockiness", "-grid_sparsity"),
+             fr=("fr_log_jpeg_grid_gain", "fr_log_block_gain", "-fr_grid_gain"),
              primary="jpeg_grid", primary_fr="fr_jpeg_grid_gain"),
     Detector("j2k", "Compression", "wavelet-compression smearing", ("jpeg2000",),
-             nr=("reblur", "fine_conc", "edge_sharp", "log_noise_flat"),
-             fr=("fr_conc_gain", "fr_fine_gain", "fr_blur_explained"),
+             nr=("reblur", "fine_conc", "-edge_sharp", "-log_noise_flat"),
+             fr=("fr_conc_gain", "-fr_fine_gain", "-fr_blur_explained"),
              primary="fine_conc", primary_fr="fr_conc_gain"),
     Detector("noise", "Noise", "noise",
              ("white noise", "white noise in color component", "impulse noise", "multiplicative noise"),
-             nr=("log_chroma_noise", "log_noise_flat", "log_impulse", "overshoot", "fine_to_mid"),
-             fr=("fr_log_noise", "fr_log_chroma_noise_gain", "fr_log_impulse_gain", "fr_detail_corr"),
+             nr=("log_chroma_noise", "log_noise_flat", "log_impulse", "-overshoot", "fine_to_mid"),
+             fr=("fr_log_noise", "fr_log_chroma_noise_gain", "fr_log_impulse_gain", "-fr_detail_corr"),
              primary="noise_flat", primary_fr="fr_noise"),
     Detector("sharpen", "Sharpness", "over-sharpening (edge halos)", ("high sharpen",),
-             nr=("overshoot", "edge_sharp", "fine_to_mid", "mid_to_coarse", "log_lap_var", "log_chroma_noise"),
-             fr=("fr_detail_corr", "fr_overshoot_gain", "fr_mid_gain", "fr_fine_gain"),
+             nr=("overshoot", "edge_sharp", "-fine_to_mid", "mid_to_coarse", "log_lap_var", "-log_chroma_noise"),
+             fr=("fr_detail_corr", "fr_overshoot_gain", "fr_mid_gain", "-fr_fine_gain"),
              primary="overshoot", primary_fr="fr_overshoot_gain"),
     Detector("dark", "Brightness change", "under-exposure (too dark)", ("darken",),
-             nr=("median_luma", "mean_luma", "dark_frac", "p95"),
-             fr=("fr_median_shift", "fr_mean_shift"),
+             nr=("-median_luma", "-mean_luma", "dark_frac", "-p95"),
+             fr=("-fr_median_shift", "-fr_mean_shift"),
              primary="median_luma", primary_fr="fr_median_shift"),
     Detector("bright", "Brightness change", "over-exposure (too bright)", ("brighten",),
              nr=("median_luma", "mean_luma", "bright_frac", "p05"),
              fr=("fr_median_shift", "fr_mean_shift"),
              primary="median_luma", primary_fr="fr_median_shift"),
     Detector("low_contrast", "Contrast", "contrast loss", ("contrast decrease",),
-             nr=("log_rms_contrast", "spread", "p01", "p99", "log_local_contrast"),
-             fr=("fr_spread_ratio", "fr_contrast_ratio", "fr_median_shift"),
+             nr=("-log_rms_contrast", "-spread", "p01", "-p99", "-log_local_contrast"),
+             fr=("-fr_spread_ratio", "-fr_contrast_ratio"),
              primary="rms_contrast", primary_fr="fr_contrast_ratio"),
     Detector("desaturated", "Color distortions", "colour loss (washed out)", ("color saturation 1",),
-             nr=("log_chroma_smooth", "log_colorfulness"), fr=("fr_chroma_ratio",),
+             nr=("-log_chroma_smooth", "-log_colorfulness"), fr=("-fr_chroma_ratio",),
              primary="colorfulness", primary_fr="fr_chroma_ratio", gate=_monochrome),
     Detector("oversaturated", "Color distortions", "over-saturation", ("color saturation 2",),
              nr=("log_gamut_clip", "log_chroma_smooth", "log_colorfulness"), fr=("fr_chroma_ratio",),
              primary="colorfulness", primary_fr="fr_chroma_ratio", gate=_monochrome),
     Detector("quantized", "Color distortions", "colour banding (too few colours)", ("color quantization",),
-             nr=("occupancy_gap", "log_colors"), fr=("fr_occupancy_ratio", "fr_colors_ratio"),
+             nr=("occupancy_gap", "-log_colors"), fr=("-fr_occupancy_ratio", "-fr_colors_ratio"),
              primary="colors", primary_fr="fr_colors_ratio"),
 )
 assert {d.category for d in DETECTORS} == set(CATEGORIES)
@@ -205,17 +209,25 @@ def isotonic(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, n
     return bx, by
 
 
-def fit_detector(features: np.ndarray, target: np.ndarray, weight: np.ndarray, ridge: float = 1.0) -> dict:
-    """Weighted ridge regression of the target level on standardized features, then an isotonic map
-    from the resulting score to the level."""
+def feature_value(name: str, s: dict) -> float:
+    """A detector feature: ``FEATURES[name]``, negated for a leading "-" (declared to lower the level)."""
+    return -FEATURES[name[1:]](s) if name.startswith("-") else FEATURES[name](s)
+
+
+def fit_detector(features: np.ndarray, target: np.ndarray, weight: np.ndarray, ridge: float = RIDGE) -> dict:
+    """Weighted ridge regression of the target level on standardized features with non-negative
+    weights (each feature's direction is declared, so no weight can flip it to compensate for a
+    correlated one), then an isotonic map from the resulting score to the level."""
     mean, std = features.mean(axis=0), features.std(axis=0)
     std[std < 1e-9] = 1.0
     z = (features - mean) / std
-    a = np.hstack([z, np.ones((len(z), 1))])
-    reg = np.diag([ridge] * z.shape[1] + [0.0])
-    aw = a * weight[:, None]
-    coef = np.linalg.solve(a.T @ aw + reg * weight.sum() / len(weight), aw.T @ target)
-    score = a @ coef
+    k = z.shape[1]
+    sw = np.sqrt(weight / weight.sum())
+    a = np.vstack([np.hstack([z, np.ones((len(z), 1))]) * sw[:, None],
+                   np.hstack([np.sqrt(ridge) * np.eye(k), np.zeros((k, 1))])])
+    b = np.concatenate([target * sw, np.zeros(k)])
+    coef = optimize.lsq_linear(a, b, bounds=([0.0] * k + [-np.inf], [np.inf] * (k + 1))).x
+    score = np.hstack([z, np.ones((len(z), 1))]) @ coef
     kx, ky = isotonic(score, target, weight)
     pred = np.interp(score, kx, ky)
     rmse = float(np.sqrt(np.average((pred - target) ** 2, weights=weight)))
@@ -223,7 +235,7 @@ def fit_detector(features: np.ndarray, target: np.ndarray, weight: np.ndarray, r
             "knots_x": kx.tolist(), "knots_y": ky.tolist(), "rmse": rmse}
 
 
-def fit_all(samples: Sequence[tuple[dict, Optional[str], int]], ridge: float = 1.0) -> dict:
+def fit_all(samples: Sequence[tuple[dict, Optional[str], int]], ridge: float = RIDGE) -> dict:
     """Fit every detector in both modes. ``samples``: (statistics, type or None for a clean reference,
     level). Each detector's positives are its own types at their level; everything else (clean images
     and all other types) has level 0. Positives and negatives get equal total weight, so the few
@@ -238,7 +250,7 @@ def fit_all(samples: Sequence[tuple[dict, Optional[str], int]], ridge: float = 1
         for mode, mode_samples in by_mode.items():
             rows = [s for s in mode_samples if det.gate is None or det.gate(s[0]) is None]
             names = det.nr if mode == "nr" else det.fr
-            x = np.array([[FEATURES[f](s[0]) for f in names] for s in rows], dtype=float)
+            x = np.array([[feature_value(f, s[0]) for f in names] for s in rows], dtype=float)
             pos = np.array([s[1] in det.types for s in rows])
             y = np.where(pos, [s[2] for s in rows], 0).astype(float)
             w = np.where(pos, 0.5 / max(pos.sum(), 1), 0.5 / max((~pos).sum(), 1))
@@ -321,7 +333,7 @@ def _extrapolated_map(score: float, kx: Sequence[float], ky: Sequence[float]) ->
 
 def _detector_level(fit: dict, s: dict) -> float:
     """Unclipped level estimate of one detector (may fall below 0 or above 5)."""
-    x = np.array([FEATURES[f](s) for f in fit["features"]])
+    x = np.array([feature_value(f, s) for f in fit["features"]])
     z = (x - np.array(fit["mean"])) / np.array(fit["std"])
     score = float(z @ np.array(fit["coef"]) + fit["intercept"])
     return _extrapolated_map(score, fit["knots_x"], fit["knots_y"])
@@ -384,8 +396,9 @@ def analyze(image: st.ImageLike, reference: Optional[st.ImageLike] = None,
             thresholds: Optional[dict] = None) -> dict[str, CategoryAnalysis]:
     """Measure an image (and, if given, compare it with its reference) and judge every category."""
     x = st.as_float_rgb(image)
-    fr = st.measure_fr(x, reference) if reference is not None else None
-    return analyze_stats(st.measure(x), fr, thresholds)
+    nr = st.measure(x)
+    fr = st.measure_fr(x, reference, image_stats=nr) if reference is not None else None
+    return analyze_stats(nr, fr, thresholds)
 
 
 def _rank(a: CategoryAnalysis) -> tuple:
