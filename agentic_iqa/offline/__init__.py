@@ -1,0 +1,13 @@
+"""The offline analyst's measurement half: image statistics (``stats``) and their mapping to
+per-category severities, detections and a quality-level distribution (``severity``), with thresholds
+fitted on the synthetic benchmark (``thresholds.json``, refitted by ``benchmarks/fit_thresholds.py``).
+
+Depends only on numpy, scipy, OpenCV and Pillow, so the agents can use it without a language model.
+"""
+from .severity import (CATEGORIES, SEVERITIES, CategoryAnalysis, Detection, analyze, analyze_stats, detect,
+                       expected_level, explain, level_distribution, overall_badness)
+from .stats import as_float_rgb, measure, measure_fr
+
+__all__ = ["CATEGORIES", "SEVERITIES", "CategoryAnalysis", "Detection", "analyze", "analyze_stats", "detect",
+           "expected_level", "explain", "level_distribution", "overall_badness", "as_float_rgb", "measure",
+           "measure_fr"]

@@ -471,3 +471,9 @@ def expected_level(distribution: Sequence[float]) -> float:
     """Expectation of a distribution over levels 1..5."""
     p = np.asarray(distribution, dtype=float)
     return float(p @ np.arange(1, 6) / p.sum())
+
+
+def explain(analyses: dict[str, CategoryAnalysis], include_none: bool = False) -> list[str]:
+    """The analyses' one-line explanations, worst category first (for a templated reasoning)."""
+    ranked = sorted(analyses.values(), key=_rank, reverse=True)
+    return [a.explanation for a in ranked if include_none or a.severity != "none"]
