@@ -21,6 +21,7 @@ import io
 import os
 import warnings
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Optional
 
@@ -39,22 +40,39 @@ def max_pixels_default() -> int:
 
 @dataclass(frozen=True)
 class ImageSource:
-    """An input read but not decoded: its label for messages, its content hash, and the payload."""
+    """An input read but not decoded: its label for messages and the payload. Its content hash is
+    computed on first use only (≈1 ms per 500 KB file), so uncached scoring does not pay for it."""
 
     label: str
-    sha256: str
     data: Optional[bytes] = None  # encoded file bytes (paths and bytes inputs)
     obj: Any = None  # PIL image / numpy array / torch tensor inputs
+
+    @cached_property
+    def sha256(self) -> str:
+        if self.data is not None:
+            return _sha(self.data)
+        obj = self.obj
+        if isinstance(obj, Image.Image):
+            return _sha(f"PIL:{obj.mode}:{obj.size}".encode(), obj.tobytes())
+        if isinstance(obj, np.ndarray):
+            return _sha(f"ndarray:{obj.dtype.str}:{obj.shape}".encode(), np.ascontiguousarray(obj).tobytes())
+        arr = np.ascontiguousarray(obj.detach().cpu().float().numpy())  # torch tensor
+        return _sha(f"tensor:{arr.shape}".encode(), arr.tobytes())
 
 
 @dataclass
 class LoadedImage:
     tensor: Any  # torch.FloatTensor, shape 1×3×H×W, values in [0, 1]
-    sha256: str
     size: tuple[int, int]  # (width, height), as PIL reports it
     label: str
+    source: ImageSource
     format: Optional[str] = None  # e.g. "PNG", "JPEG"; None for in-memory inputs
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def sha256(self) -> str:
+        """sha256 of the file bytes (or of array/pixel bytes with dtype and shape for in-memory inputs)."""
+        return self.source.sha256
 
     @property
     def width(self) -> int:
@@ -73,7 +91,7 @@ def _sha(*parts: bytes) -> str:
 
 
 def read_source(src: Any, label: Optional[str] = None) -> ImageSource:
-    """Read the input and hash it; cheap. Raises ImageError for missing/empty/unreadable inputs."""
+    """Read the input (not decoded, not yet hashed). Raises ImageError for missing/empty/unreadable inputs."""
     if isinstance(src, ImageSource):
         return src
     if isinstance(src, str) and "://" in src[:12]:
@@ -93,23 +111,18 @@ def read_source(src: Any, label: Optional[str] = None) -> ImageSource:
             raise ImageError(f"{name}: cannot be read ({exc.strerror or exc})") from None
         if not data:
             raise ImageError(f"{name}: file is empty (0 bytes); re-export or re-download the image")
-        return ImageSource(label=name, sha256=_sha(data), data=data)
+        return ImageSource(label=name, data=data)
     if isinstance(src, (bytes, bytearray, memoryview)):
         data = bytes(src)
         if not data:
             raise ImageError(f"{label or 'image bytes'}: empty (0 bytes)")
-        return ImageSource(label=label or f"<{len(data)} bytes>", sha256=_sha(data), data=data)
+        return ImageSource(label=label or f"<{len(data)} bytes>", data=data)
     if isinstance(src, Image.Image):
-        digest = _sha(f"PIL:{src.mode}:{src.size}".encode(), src.tobytes())
-        return ImageSource(label=label or f"<PIL {src.mode} {src.size[0]}×{src.size[1]}>", sha256=digest, obj=src)
+        return ImageSource(label=label or f"<PIL {src.mode} {src.size[0]}×{src.size[1]}>", obj=src)
     if isinstance(src, np.ndarray):
-        arr = np.ascontiguousarray(src)
-        digest = _sha(f"ndarray:{arr.dtype.str}:{arr.shape}".encode(), arr.tobytes())
-        return ImageSource(label=label or f"<array {arr.dtype} {arr.shape}>", sha256=digest, obj=arr)
+        return ImageSource(label=label or f"<array {src.dtype} {src.shape}>", obj=src)
     if type(src).__module__.startswith("torch") and hasattr(src, "detach"):
-        arr = np.ascontiguousarray(src.detach().cpu().float().numpy())
-        digest = _sha(f"tensor:{arr.shape}".encode(), arr.tobytes())
-        return ImageSource(label=label or f"<tensor {tuple(arr.shape)}>", sha256=digest, obj=src)
+        return ImageSource(label=label or f"<tensor {tuple(src.shape)}>", obj=src)
     raise ImageError(
         f"{label or repr(src)[:60]}: unsupported image input of type {type(src).__name__}; "
         "pass a file path, bytes, a PIL image or a numpy array"
@@ -239,7 +252,7 @@ def decode(source: ImageSource, max_pixels: Optional[int] = None) -> LoadedImage
     if h == 0 or w == 0:
         raise ImageError(f"{source.label}: image has no pixels ({w}×{h})")
     tensor = torch.from_numpy(np.ascontiguousarray(hwc, dtype=np.float32)).permute(2, 0, 1).unsqueeze(0).contiguous()
-    return LoadedImage(tensor=tensor, sha256=source.sha256, size=(w, h), label=source.label, format=fmt, notes=notes)
+    return LoadedImage(tensor=tensor, size=(w, h), label=source.label, source=source, format=fmt, notes=notes)
 
 
 def load_image(src: Any, *, label: Optional[str] = None, max_pixels: Optional[int] = None) -> LoadedImage:

@@ -324,8 +324,9 @@ class ToolRegistry:
         self._check_mode(spec, reference)
         src = read_source(image)
         ref_src = read_source(reference) if reference is not None else None
-        key = self._key(spec, src, ref_src)
-        if use_cache:
+        use_cache = use_cache and self.cache is not None
+        key = self._key(spec, src, ref_src) if use_cache else None  # hashing only when caching
+        if key is not None:
             hit = self._cached(spec, key, t0)
             if hit is not None:
                 return hit
@@ -339,7 +340,7 @@ class ToolRegistry:
             raw = self._forward(metric, lock, spec, img.tensor, ref.tensor if ref else None)[0]
         except Exception as exc:
             raise ToolRunError(f"{spec.name} failed on {img.label}: {type(exc).__name__}: {exc}", tool=spec.name) from exc
-        return self._finish(spec, raw, img.label, time.perf_counter() - t0, device, key if use_cache else None, img.notes)
+        return self._finish(spec, raw, img.label, time.perf_counter() - t0, device, key, img.notes)
 
     def score_many(
         self,
@@ -364,16 +365,17 @@ class ToolRegistry:
             raise ValueError(f"{len(images)} images but {len(refs)} references")
         if spec.mode == "NR" and any(r is not None for r in refs):
             self._check_mode(spec, "given")
+        use_cache = use_cache and self.cache is not None
         results: list[Any] = [None] * len(images)
-        pending: list[tuple[int, ImageSource, Optional[ImageSource], str, float]] = []
+        pending: list[tuple[int, ImageSource, Optional[ImageSource], Optional[str], float]] = []
         for i, (image, reference) in enumerate(zip(images, refs)):
             t0 = time.perf_counter()
             try:
                 self._check_mode(spec, reference)
                 src = read_source(image)
                 ref_src = read_source(reference) if reference is not None else None
-                key = self._key(spec, src, ref_src)
-                hit = self._cached(spec, key, t0) if use_cache else None
+                key = self._key(spec, src, ref_src) if use_cache else None
+                hit = self._cached(spec, key, t0) if key is not None else None
                 if hit is not None:
                     results[i] = hit
                 else:
@@ -420,7 +422,7 @@ class ToolRegistry:
                         results[i] = raw
                         continue
                     try:
-                        results[i] = self._finish(spec, raw, img.label, spent + secs, device, key if use_cache else None, img.notes)
+                        results[i] = self._finish(spec, raw, img.label, spent + secs, device, key, img.notes)
                     except ToolError as exc:
                         results[i] = exc
         return results
