@@ -69,7 +69,9 @@ def run_items(assessor, rows: list[ManifestRow], modes: list[Mode], concurrency:
         ref = row.reference_path if mode == "fr" else None
         t0 = time.perf_counter()
         try:
-            if row.level is not None or row.mos is not None:
+            # A question row is evaluated on its question only: its image is usually also a plain row,
+            # and scoring it twice would count that image twice in the correlations.
+            if row.question is None and (row.level is not None or row.mos is not None):
                 r = assessor.assess(row.image_path, None, ref, mode="score")
                 item.score, item.detected, item.timings = r.score, detected_categories(r), r.timings
             if row.question:
