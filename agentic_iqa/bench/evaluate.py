@@ -136,7 +136,7 @@ def evaluate(manifest: Path, assessor, *, modes: list[Mode], split: str = "test"
     report = summarize(items)
     report["manifest"] = str(manifest)
     report["split"] = split
-    report["skipped_rows"] = [{"line": p.line, "reason": p.reason} for p in problems]
+    report["skipped_rows"] = [{"line": p.line, "id": p.row_id, "reason": p.message} for p in problems]
     return report, items, problems
 
 

@@ -90,7 +90,7 @@ def eval_command(
     else:
         render(report, console=Console())
     for p in problems:
-        Console(stderr=True).print(f"[yellow]skipped manifest line {p.line}:[/] {p.reason}")
+        Console(stderr=True).print(f"[yellow]skipped manifest {p}[/]")
     if problems or report["errors"]:
         raise typer.Exit(EXIT_PARTIAL)
 
