@@ -158,7 +158,7 @@ def _on_white(rgb: np.ndarray, alpha: np.ndarray) -> np.ndarray:
 
 
 def _pil_to_float(im: Image.Image, notes: list[str]) -> np.ndarray:
-    """H×W×3 float32 in [0, 1]."""
+    """H×W×3: float32 in [0, 1], or uint8 for 8-bit images (`_to_tensor` scales those by 1/255)."""
     if getattr(im, "n_frames", 1) > 1:
         notes.append(f"animated image: the first of {im.n_frames} frames is scored")
         im.seek(0)
@@ -182,10 +182,10 @@ def _pil_to_float(im: Image.Image, notes: list[str]) -> np.ndarray:
         return _on_white(rgba[..., :3], rgba[..., 3:4])
     if mode in ("L", "1"):
         notes.append("grayscale: gray copied to R, G, B")
-        return np.repeat((np.asarray(im.convert("L"), dtype=np.float32) / 255.0)[..., None], 3, axis=2)
+        return np.repeat(np.asarray(im.convert("L"))[..., None], 3, axis=2)  # np.repeat copies: writable
     if mode != "RGB":
         notes.append(f"{mode} converted to RGB")
-    return np.asarray(im.convert("RGB"), dtype=np.float32) / 255.0
+    return np.array(im.convert("RGB"))  # uint8 (writable, for torch): scaled in torch, ~2× faster than in numpy
 
 
 def _array_to_float(arr: np.ndarray, label: str, notes: list[str]) -> np.ndarray:
@@ -251,7 +251,10 @@ def decode(source: ImageSource, max_pixels: Optional[int] = None) -> LoadedImage
     h, w = hwc.shape[:2]
     if h == 0 or w == 0:
         raise ImageError(f"{source.label}: image has no pixels ({w}×{h})")
-    tensor = torch.from_numpy(np.ascontiguousarray(hwc, dtype=np.float32)).permute(2, 0, 1).unsqueeze(0).contiguous()
+    chw = torch.from_numpy(np.ascontiguousarray(hwc)).permute(2, 0, 1).unsqueeze(0)
+    tensor = chw.to(dtype=torch.float32, memory_format=torch.contiguous_format)
+    if hwc.dtype == np.uint8:
+        tensor.div_(255.0)
     return LoadedImage(tensor=tensor, size=(w, h), label=source.label, source=source, format=fmt, notes=notes)
 
 

@@ -43,6 +43,8 @@ from iqa_tools.table import ToolSpec, ToolTable, load_table
 
 log = logging.getLogger("iqa_tools")
 
+AVAILABILITY_TTL = 5.0  # seconds an availability answer is reused (see ToolRegistry.availability)
+
 Mode = Literal["FR", "NR"]
 
 
@@ -148,6 +150,7 @@ class ToolRegistry:
 
         self._lock = threading.Lock()
         self._metrics: dict[tuple[str, str], Any] = {}
+        self._availability: dict[str, tuple[float, tuple[bool, str]]] = {}  # name -> (when, answer)
         self._metric_locks: dict[tuple[str, str], threading.Lock] = {}
         self._aliases: dict[str, str] = {}
         for spec in self.table.tools.values():  # canonical names win over pyiqa metric names
@@ -183,8 +186,20 @@ class ToolRegistry:
 
     # ------------------------------------------------------------------ what can run here
     def availability(self, name: str) -> tuple[bool, str]:
-        """(runs here?, why / why not). Checks packages and files on disk only; no network, no torch."""
+        """(runs here?, why / why not). Checks packages and files on disk only; no network, no torch.
+
+        Every tool-selection prompt asks this for all tools (~0.1 ms of file-system checks each), so
+        answers are kept for AVAILABILITY_TTL seconds: weights added meanwhile are seen after that."""
         spec = self.spec(name)
+        now = time.monotonic()
+        hit = self._availability.get(spec.name)
+        if hit is not None and now - hit[0] < AVAILABILITY_TTL:
+            return hit[1]
+        answer = self._check_availability(spec)
+        self._availability[spec.name] = (now, answer)
+        return answer
+
+    def _check_availability(self, spec: ToolSpec) -> tuple[bool, str]:
         found = weights.check(spec, self.weights_dir)
         if found.ok:
             if spec.model_path:
@@ -230,6 +245,7 @@ class ToolRegistry:
             if metric is None:
                 metric = self._create(spec, device, found)
                 self._metrics[key] = metric
+                self._availability.pop(spec.name, None)  # it may have just downloaded its weights
         return metric, lock, device
 
     def _preflight(self, spec: ToolSpec) -> weights.WeightCheck:

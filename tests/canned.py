@@ -225,6 +225,7 @@ class CannedVLM:
         self.repeat_last = repeat_last
         self.top_logprobs = top_logprobs
         self.calls: list[CannedCall] = []
+        self.answer_seconds = 0.0  # time spent scripting replies (harness work, not the framework's)
         for key, items in (routes or {}).items():
             self.add(key, items)
         kwargs: dict[str, Any] = {"cache": False, "num_retries": num_retries}
@@ -294,6 +295,7 @@ class CannedVLM:
         """The lm15 Response for `request`, and the delay to apply before returning it."""
         from dspy._vendor.lm15.providers.openai_chat import response_from_openai_chat
 
+        started = time.perf_counter()
         system = _text_of(request.system)
         last_user = next((m for m in reversed(request.messages) if m.role == "user"), None)
         parts = last_user.parts if last_user is not None else ()
@@ -335,7 +337,10 @@ class CannedVLM:
             elif reply.level_logprobs is not None:
                 tokens = json_tokens(text, level_logprobs=reply.level_logprobs, field=reply.field,
                                      top_n=self.top_logprobs)
-        response = response_from_openai_chat(_openai_body(text, tokens, request.model), model=request.model)
+        body = _openai_body(text, tokens, request.model)
+        with self._lock:
+            self.answer_seconds += time.perf_counter() - started
+        response = response_from_openai_chat(body, model=request.model)  # DSPy's own parsing: not ours to time
         return response, self.latency + reply.delay
 
 

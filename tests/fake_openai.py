@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -84,6 +85,12 @@ class FakeOpenAIServer:
             def log_message(self, *args):  # keep test output clean
                 pass
 
+            def setup(self):
+                super().setup()
+                # As real inference servers do: without it, Nagle's algorithm and the client's delayed
+                # ACK stall some responses by ~40 ms, which would distort latency benchmarks.
+                self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
             def do_POST(self):
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length)
@@ -113,8 +120,9 @@ class FakeOpenAIServer:
                     self.send_header("Content-Length", str(len(data)))
                     for k, v in (headers or {}).items():
                         self.send_header(k, str(v))
-                    self.end_headers()
-                    self.wfile.write(data)
+                    self._headers_buffer.append(b"\r\n")  # end of headers, sent with the body in one write
+                    self.wfile.write(b"".join(self._headers_buffer) + data)
+                    self._headers_buffer = []
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up (e.g. its timeout); nothing to do
 

@@ -254,3 +254,44 @@ def test_dict_free_outputs_keep_the_structured_schema():
     assert not isinstance(fmt, dict)
     assert fmt.model_json_schema()["properties"]["level"]["enum"] == ["A", "B", "C", "D", "E"]
     assert not isinstance(_format_for(StructuredJSONAdapter(), ExplainSignature), dict)
+
+
+def _demo(image):
+    return dspy.Example(query="Is it sharp?", image=image, query_scope=["Global"],
+                        distortion_set={"Global": ["Blurs"]}).with_inputs("query", "image", "query_scope")
+
+
+@pytest.mark.parametrize("with_demo", [False, True])
+def test_adapter_messages_equal_dspy_json_adapter(tmp_path, with_demo):
+    """Our adapter caches the system message and swaps images in after formatting: same messages as DSPy's."""
+    big = vlm_image(write_test_image(tmp_path / "big.jpg", size=(640, 480)))[0]
+    demos = [_demo(vlm_image(write_test_image(tmp_path / "d.png", size=(32, 24)))[0])] if with_demo else []
+    inputs = dict(query="Is the sky blurry?", image=big, query_scope=["sky"])
+    ours, stock = StructuredJSONAdapter(), dspy.JSONAdapter()
+    for _ in range(2):  # the second call is served from the cache
+        mine = ours.format(DetectDistortionsSignature, demos, inputs)
+        assert mine == stock.format(DetectDistortionsSignature, demos, inputs)
+    image_blocks = [b for m in mine if isinstance(m["content"], list) for b in m["content"] if b.get("type") == "image_url"]
+    assert image_blocks[-1]["image_url"]["url"] == big.url  # the original bytes, not the stand-in
+    assert len(image_blocks) == 1 + len(demos)
+
+
+def test_adapter_system_message_follows_new_instructions():
+    ours = StructuredJSONAdapter()
+    base = ours.format_system_message(ScoreSignature)
+    changed = ScoreSignature.with_instructions("Judge only the sharpness.")
+    assert "Judge only the sharpness." in ours.format_system_message(changed)
+    assert ours.format_system_message(ScoreSignature) == base == dspy.JSONAdapter().format_system_message(ScoreSignature)
+
+
+def test_response_format_is_chosen_once_per_signature_and_lm_kind():
+    ours = StructuredJSONAdapter()
+    first, again = _format_for(ours, ScoreSignature), _format_for(ours, ScoreSignature)
+    assert first is again  # the built schema model is reused, not rebuilt per call
+    assert first.model_json_schema() == _format_for(dspy.JSONAdapter(), ScoreSignature).model_json_schema()
+    plain = dspy.LM("openai/my-local-vlm", api_key="not-used")  # not catalogued: no Structured Outputs
+    kwargs = {}
+    ours._prepare_response_format(plain, kwargs, ScoreSignature)
+    stock = {}
+    dspy.JSONAdapter()._prepare_response_format(plain, stock, ScoreSignature)
+    assert kwargs.get("response_format") == stock.get("response_format")

@@ -312,3 +312,14 @@ def test_default_registry_is_shared():
     assert default_registry(cache=False, offline=True) is a
     assert default_registry(cache=False, offline=True, device="cpu") is not a
     assert isinstance(registry_module.default_registry(), ToolRegistry)
+
+
+def test_availability_is_reused_then_rechecked(tmp_path, monkeypatch):
+    """Tool-selection prompts ask for every tool's availability: answers are kept for a few seconds."""
+    r = ToolRegistry(cache=False, offline=True, weights_dir=tmp_path)
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
+    assert r.availability("MUSIQ")[0] is False
+    (tmp_path / "musiq_koniq_ckpt-e95806b9.pth").write_bytes(b"x")
+    assert r.availability("MUSIQ")[0] is False  # still the remembered answer
+    monkeypatch.setattr(registry_module, "AVAILABILITY_TTL", 0.0)
+    assert r.availability("MUSIQ") == (True, "weights present")
