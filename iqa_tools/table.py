@@ -9,30 +9,11 @@ from typing import Any, Iterable, Literal, Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from iqa_tools.categories import STRENGTHS, StrengthName
 from iqa_tools.errors import ToolTableError
 
 BUNDLED_TABLE = Path(__file__).with_name("tools.yaml")
 
-STRENGTHS = (
-    "Blurs",
-    "Color distortions",
-    "Compression",
-    "Noise",
-    "Brightness change",
-    "Sharpness",
-    "Contrast",
-    "Spatial distortions",
-)
-Strength = Literal[
-    "Blurs",
-    "Color distortions",
-    "Compression",
-    "Noise",
-    "Brightness change",
-    "Sharpness",
-    "Contrast",
-    "Spatial distortions",
-]
 
 
 class ToolSpec(BaseModel):
@@ -46,7 +27,7 @@ class ToolSpec(BaseModel):
     lower_better: bool
     score_range: tuple[float, float]
     description: str = Field(min_length=10)
-    strengths: list[Strength] = []
+    strengths: list[StrengthName] = []
     beta: Optional[tuple[float, float, float, float, float]] = None
     needs_weights: bool = False  # derived from weight_files when not given
     weight_files: list[str] = []

@@ -286,7 +286,7 @@ def image_lines(images: dict[str, bytes]) -> dict[str, list[dict[str, Any]]]:
 
     registry = ToolRegistry(cache=False)
     rng = random.Random(SEED)
-    from agentic_iqa.bench.manifest import CATEGORIES
+    from iqa_tools.categories import DISTORTION_CATEGORIES
 
     out: dict[str, list[dict[str, Any]]] = {"detect": [], "analyze": [], "summarize": []}
     for i, (ref, typ, level) in enumerate(IMAGES):
@@ -323,7 +323,7 @@ def image_lines(images: dict[str, bytes]) -> dict[str, list[dict[str, Any]]]:
         if typ is not None and level >= 3:
             # Questions only where the distortion is clearly visible (level 3+), alternating kinds.
             if i % 2 == 0:
-                others = rng.sample([c for c in CATEGORIES if c != cat], 3)
+                others = rng.sample([c for c in DISTORTION_CATEGORIES if c != cat], 3)
                 choices = [cat] + others
                 rng.shuffle(choices)
                 options = dict(zip("ABCD", choices))

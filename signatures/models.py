@@ -29,6 +29,7 @@ from pydantic import (
     model_validator,
 )
 
+from iqa_tools.categories import DISTORTION_CATEGORIES, CategoryName
 from iqa_tools.records import ToolExecutionLog
 
 __all__ = [
@@ -67,16 +68,6 @@ __all__ = [
 
 # ── vocabularies ────────────────────────────────────────────────────────────────────────────────
 
-#: The seven categories distortion detection may name (spec 000, detection prompt).
-DISTORTION_CATEGORIES: tuple[str, ...] = (
-    "Blurs",
-    "Color distortions",
-    "Compression",
-    "Noise",
-    "Brightness change",
-    "Sharpness",
-    "Contrast",
-)
 #: Severity levels of distortion analysis, mildest first (spec 001).
 SEVERITIES: tuple[str, ...] = ("none", "slight", "moderate", "severe", "extreme")
 #: Scoring levels, best first; A = 5 … E = 1 (DESIGN §5).
@@ -239,7 +230,7 @@ def _known_tools(info: ValidationInfo) -> Optional[list[str]]:
 
 
 DistortionCategory = Annotated[
-    Literal["Blurs", "Color distortions", "Compression", "Noise", "Brightness change", "Sharpness", "Contrast"],
+    CategoryName,
     BeforeValidator(normalize_category),
 ]
 Severity = Annotated[Literal["none", "slight", "moderate", "severe", "extreme"], BeforeValidator(normalize_severity)]

@@ -7,7 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from agentic_iqa.bench.manifest import CATEGORIES, read_manifest
+from agentic_iqa.bench.manifest import read_manifest
+from iqa_tools.categories import DISTORTION_CATEGORIES
 from agentic_iqa.bench.synth import REFERENCES, TEST_REFS, TYPES, distort, load_reference, make_benchmark
 
 
@@ -58,7 +59,7 @@ def test_mcq_rows_ask_for_the_applied_category(small):
     for r in mcq:
         assert r.level >= 3 and len(r.options) == 4
         assert r.options[r.answer] == r.category
-        assert set(r.options.values()) <= set(CATEGORIES)
+        assert set(r.options.values()) <= set(DISTORTION_CATEGORIES)
         assert all(f"{k}. {v}" in r.question for k, v in r.options.items())
 
 
@@ -66,7 +67,7 @@ def test_references_are_benchmark_sized_and_types_span_all_categories():
     img = load_reference("coins")
     assert img.shape == (384, 512, 3) and img.dtype == np.float32
     assert np.allclose(img[..., 0], img[..., 2])  # gray sample converted to RGB
-    assert {t.category for t in TYPES.values()} >= set(CATEGORIES)
+    assert {t.category for t in TYPES.values()} >= set(DISTORTION_CATEGORIES)
     assert len(TYPES) >= 10 and all(len(t.params) == 5 for t in TYPES.values())
     assert set(TEST_REFS) < set(REFERENCES)
 

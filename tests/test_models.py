@@ -384,3 +384,17 @@ def test_summarizer_validation_messages():
     with pytest.raises(ValidationError, match="level 5 given twice"):
         SummarizerOutput(final_answer="x", quality_reasoning="y", prob_mode="analyst",
                          probabilities={"A": 0.2, "5": 0.2, "2": 0.2, "3": 0.2, "4": 0.2})
+
+
+def test_categories_have_one_home():
+    """The tool table, the state models and the detection prompt use the same seven categories."""
+    from iqa_tools.categories import DISTORTION_CATEGORIES, STRENGTHS
+    from signatures import DetectDistortionsSignature
+    from signatures.models import DistortionAnalysis
+
+    assert STRENGTHS[:7] == DISTORTION_CATEGORIES
+    assert all(f'"{c}"' in DetectDistortionsSignature.instructions for c in DISTORTION_CATEGORIES)
+    for c in DISTORTION_CATEGORIES:
+        DistortionAnalysis.model_validate({"type": c, "severity": "slight", "explanation": "x"})
+    with pytest.raises(ValueError):
+        DistortionAnalysis.model_validate({"type": "Spatial distortions", "severity": "slight", "explanation": "x"})

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from agentic_iqa.bench.manifest import CATEGORIES as MANIFEST_CATEGORIES
 from agentic_iqa.bench.synth import TEST_REFS, distort, load_reference
 from agentic_iqa.offline import severity as sv
 from agentic_iqa.offline import stats as st
+from iqa_tools.categories import DISTORTION_CATEGORIES
 
 
 @pytest.fixture(scope="module")
@@ -33,10 +33,6 @@ def _img(ref, type_name, level):
 
 def _levels(ref, type_name, category, reference=None):
     return [sv.analyze(_img(ref, type_name, lv), reference)[category].level for lv in (1, 3, 5)]
-
-
-def test_categories_match_the_manifest():
-    assert sv.CATEGORIES == MANIFEST_CATEGORIES
 
 
 def test_as_float_rgb_conversions(tmp_path):
@@ -139,7 +135,7 @@ def test_level_distribution_expectation_tracks_badness_exactly():
     def analyses(raw):
         return [sv.CategoryAnalysis(c, sv.severity_of(max(raw if i == 0 else -1, 0)), max(raw if i == 0 else -1, 0),
                                     0.8, "x", "d", level_raw=raw if i == 0 else -1.0)
-                for i, c in enumerate(sv.CATEGORIES)]
+                for i, c in enumerate(DISTORTION_CATEGORIES)]
     qs = [sv.expected_level(sv.level_distribution(analyses(r))) for r in (0.0, 1.0, 2.5, 4.0, 6.0)]
     assert all(a > b for a, b in zip(qs, qs[1:]))
     b = sv.overall_badness(analyses(2.5))

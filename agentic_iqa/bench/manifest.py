@@ -7,7 +7,7 @@ Fields (``ManifestRow``):
 ``reference``  path of its pristine reference, relative to the manifest, or null (NR-only datasets).
 ``type``       distortion type, a KADID-10k style name (``KNOWN_TYPES``), or null when a dataset has
                no types (authentic or AI-generated images).
-``category``   spec distortion category of ``type`` (one of ``CATEGORIES``), or null when the type has
+``category``   spec distortion category of ``type`` (one of ``iqa_tools.categories.DISTORTION_CATEGORIES``), or null when the type has
                none (KADID's "spatial" family). Filled in from ``type`` when omitted.
 ``level``      1..5, higher = stronger distortion (worse), or null for MOS-only datasets.
 ``mos``        a subjective score when the dataset has one (null for the synthetic set).
@@ -43,10 +43,7 @@ from typing import Iterable, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo, model_validator
 
-CATEGORIES = ("Blurs", "Color distortions", "Compression", "Noise", "Brightness change",
-              "Sharpness", "Contrast")
-Category = Literal["Blurs", "Color distortions", "Compression", "Noise", "Brightness change",
-                   "Sharpness", "Contrast"]
+from iqa_tools.categories import CategoryName
 
 # KADID-10k's 25 types in its own numbering (type index = position + 1), with the spec category each
 # belongs to. KADID's "spatial distortions" family has no spec category, so those map to None.
@@ -81,7 +78,7 @@ class ManifestRow(BaseModel):
     image: str = Field(min_length=1)
     reference: Optional[str] = None
     type: Optional[str] = None
-    category: Optional[Category] = None
+    category: Optional[CategoryName] = None
     level: Optional[int] = Field(None, ge=1, le=5)
     mos: Optional[float] = None
     mos_higher_better: bool = True

@@ -37,7 +37,9 @@ import cv2
 import numpy as np
 from PIL import Image
 
-from .manifest import CATEGORIES, KNOWN_TYPES, ManifestRow, write_manifest
+from iqa_tools.categories import DISTORTION_CATEGORIES
+
+from .manifest import KNOWN_TYPES, ManifestRow, write_manifest
 
 SIZE = (512, 384)  # width, height
 TEST_REFS = ("coffee", "rocket", "coins", "gravel")
@@ -217,7 +219,7 @@ TYPES: dict[str, DistortionType] = {t.name: t for t in [
                    "factor towards the mean luminance"),
 ]}
 
-assert {t.category for t in TYPES.values()} >= set(CATEGORIES), "every spec category needs a type"
+assert {t.category for t in TYPES.values()} >= set(DISTORTION_CATEGORIES), "every spec category needs a type"
 
 # ---------------------------------------------------------------------------------------------
 
@@ -309,7 +311,7 @@ def _mcq_rows(rows: list[dict], seed: int) -> list[dict]:
         rng = _rng(seed, "mcq", row["source"], row["type"])
         if cat is None or row["level"] != 3 + int(rng.integers(0, 3)):
             continue
-        others = [c for c in CATEGORIES if c != cat]
+        others = [c for c in DISTORTION_CATEGORIES if c != cat]
         choices = [cat] + [str(c) for c in rng.choice(others, size=3, replace=False)]
         rng.shuffle(choices)
         options = dict(zip("ABCD", choices))

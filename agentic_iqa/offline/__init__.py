@@ -4,10 +4,10 @@ fitted on the synthetic benchmark (``thresholds.json``, refitted by ``benchmarks
 
 Depends only on numpy, scipy, OpenCV and Pillow, so the agents can use it without a language model.
 """
-from .severity import (CATEGORIES, SEVERITIES, CategoryAnalysis, Detection, analyze, analyze_stats, detect,
+from .severity import (SEVERITIES, CategoryAnalysis, Detection, analyze, analyze_stats, detect,
                        expected_level, explain, level_distribution, overall_badness)
 from .stats import as_float_rgb, measure, measure_fr
 
-__all__ = ["CATEGORIES", "SEVERITIES", "CategoryAnalysis", "Detection", "analyze", "analyze_stats", "detect",
+__all__ = ["SEVERITIES", "CategoryAnalysis", "Detection", "analyze", "analyze_stats", "detect",
            "expected_level", "explain", "level_distribution", "overall_badness", "as_float_rgb", "measure",
            "measure_fr"]

@@ -27,9 +27,10 @@ from typing import Callable, Iterable, NamedTuple, Optional, Sequence
 import numpy as np
 from scipy import optimize
 
+from iqa_tools.categories import DISTORTION_CATEGORIES
+
 from . import stats as st
 
-CATEGORIES = ("Blurs", "Color distortions", "Compression", "Noise", "Brightness change", "Sharpness", "Contrast")
 SEVERITIES = ("none", "slight", "moderate", "severe", "extreme")
 # Lower edges (in estimated level) of slight, moderate, severe, extreme. Benchmark levels 1-2 are
 # slight, 3 moderate, 4 severe, 5 extreme.
@@ -170,7 +171,7 @@ DETECTORS: tuple[Detector, ...] = (
              nr=("occupancy_gap", "-log_colors"), fr=("-fr_occupancy_ratio", "-fr_colors_ratio"),
              primary="colors", primary_fr="fr_colors_ratio"),
 )
-assert {d.category for d in DETECTORS} == set(CATEGORIES)
+assert {d.category for d in DETECTORS} == set(DISTORTION_CATEGORIES)
 
 # Readable names for the statistics quoted in explanations.
 STAT_NAMES = {
@@ -389,7 +390,7 @@ def analyze_stats(nr: dict, fr: Optional[dict] = None, thresholds: Optional[dict
             best[det.category] = cand
         else:
             cur.evidence.update(cand.evidence)
-    return {c: best[c] for c in CATEGORIES}
+    return {c: best[c] for c in DISTORTION_CATEGORIES}
 
 
 def analyze(image: st.ImageLike, reference: Optional[st.ImageLike] = None,
