@@ -13,8 +13,8 @@ Three layers:
   those threads, so they overlap; tool runs go through a gate (`tool_slots`, default 1) because every
   pyiqa forward already uses all cores through torch's intra-op threads, and running several at once
   would only oversubscribe the CPU. Items are pulled lazily, so at most `concurrency` images are in
-  memory. DSPy's per-call history and trace are turned off for these calls (with `dspy.context`, never
-  the process-global `dspy.configure`): both would otherwise keep every request, image included. Its
+  memory. DSPy's per-call history and trace are off for every assessment (`VLMRoles`, unless
+  `lm_history: true`): both would otherwise keep every request, image included. DSPy's
   image-formatting cache is cleared as items finish, and freed heap is handed back to the OS.
 * **Results file** (`ResultsFile`, `run_batch`): one JSON line per item, written with a single
   `write` and fsync'd as the item finishes, so a kill loses at most the items in flight. Each line
@@ -385,20 +385,6 @@ def _bad_input_types() -> tuple[type, ...]:
     return (ImageError, FileNotFoundError, IsADirectoryError, PermissionError)
 
 
-def _quiet_dspy(roles: Any):
-    """`dspy.context(disable_history=True, trace=None)` when the roles call an LM, else a no-op.
-
-    Both are per-thread overrides (they reach LangGraph's worker threads, which copy the context);
-    DSPy's history and its trace list would otherwise keep every request, images included."""
-    import contextlib
-
-    if getattr(roles, "lms", None) is None:
-        return contextlib.nullcontext()
-    import dspy
-
-    return dspy.context(disable_history=True, trace=None)
-
-
 def _forget_images() -> None:
     """Drop DSPy's per-image formatting cache (`Image.format` is an lru_cache of 32 entries, each
     holding the image twice as a base64 data URL): a finished item's image must not stay in memory.
@@ -468,11 +454,10 @@ class BatchRunner:
         if item.problem:
             return ItemResult(status="failed", error=item.problem, error_type="bad_input", **base)
         try:
-            with _quiet_dspy(self.assessor.roles):
-                result = self.assessor.assess(
-                    item.image, item.query, item.reference, mode=item.mode, use_cache=self.use_cache,
-                    resize_reference=self.resize_reference,
-                )
+            result = self.assessor.assess(
+                item.image, item.query, item.reference, mode=item.mode, use_cache=self.use_cache,
+                resize_reference=self.resize_reference,
+            )
         except _bad_input_types() as exc:
             return ItemResult(status="failed", error=str(exc), error_type="bad_input",
                               seconds=time.perf_counter() - t0, **base)

@@ -395,7 +395,7 @@ def test_lm_calls_overlap_while_tool_runs_take_turns(tmp_path, settings, registr
     assert batch.gate.peak == 1  # but never two tool runs at once
 
 
-def test_dspy_history_and_trace_stay_empty_in_a_batch(tmp_path, settings, registry):
+def test_dspy_history_and_trace_stay_empty(tmp_path, settings, registry):
     from dspy.clients import base_lm
 
     imgs = images(tmp_path, 3)
@@ -405,7 +405,11 @@ def test_dspy_history_and_trace_stay_empty_in_a_batch(tmp_path, settings, regist
     assert vlm.count() == 15
     assert vlm.lm.history == [] and len(base_lm.GLOBAL_HISTORY) == global_before
     assert len(dspy.settings.trace) == trace_before
-    # Outside a batch DSPy keeps them (images included): this test would see a leak.
+    assessor.assess(imgs[0])  # a single assessment keeps nothing either
+    assert vlm.lm.history == [] and len(base_lm.GLOBAL_HISTORY) == global_before
+    # Asked for (lm_history: true), DSPy keeps them, images included: this test would see a leak.
+    keeping = settings.model_copy(update={"pipeline": settings.pipeline.model_copy(update={"lm_history": True})})
+    assessor, vlm = canned_assessor(keeping, registry)
     assessor.assess(imgs[0])
     assert len(vlm.lm.history) == 5
 

@@ -58,12 +58,13 @@ def test_api_key_from_the_environment_is_used_but_never_written(tmp_path, monkey
         caplog.set_level(logging.DEBUG)
         for name in ("httpx", "httpcore", "LiteLLM", "litellm", "urllib3", "dspy"):
             logging.getLogger(name).setLevel(logging.DEBUG)
-        assessor = Assessor(load_settings(tmp_path, lm="openai/fake-vlm", api_base=srv.base_url))
+        assessor = Assessor(load_settings(tmp_path, lm="openai/fake-vlm", api_base=srv.base_url, lm_history=True))
         result = assessor.assess(imgs[1], "Is it blurry? A. Yes B. No")
     assert single.exit_code == EXIT_OK and batch.exit_code == EXIT_OK, single.output + batch.output
     # The key really was sent, so its absence below means something.
     assert {r["headers"].get("Authorization") for r in srv.requests} == {f"Bearer {SENTINEL}"}
     history = json.dumps([lm.history for lm in assessor.roles.lms.values()], default=str)
+    assert "image_url" in history  # kept on request (lm_history): the check below looks at real entries
     for where, text in {
         "single-image output": single.output, "batch output": batch.output, "saved trace": trace.read_text(),
         "results file": out.read_text(), "logs": caplog.text, "API result": result.model_dump_json(),

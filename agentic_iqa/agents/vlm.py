@@ -171,7 +171,10 @@ class VLMRoles:
         if lm is None:
             raise RuntimeError(f"no LM configured for the {role} role")
         ctx.trace.add(stage, "lm_call", f"{module} via {lm.model}")
-        with dspy.context(lm=lm):
+        # DSPy otherwise keeps every request, image included, in its history and trace (up to 10,000
+        # entries per process): a long-lived service would grow by the size of each image, per call.
+        quiet = {} if ctx.settings.pipeline.lm_history else {"disable_history": True, "trace": None}
+        with dspy.context(lm=lm, **quiet):
             result: StructuredResult = self.modules[module](**inputs)
         ctx.trace.count_lm(result.lm_calls, result.retries)
         for err in result.errors:
