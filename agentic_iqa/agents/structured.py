@@ -120,18 +120,25 @@ def _stand_in(index: int) -> dspy.Image:
 
     from PIL import Image
 
+    from PIL.PngImagePlugin import PngInfo
+
+    label = PngInfo()
+    label.add_text("agentic-iqa", f"prompt-formatting stand-in {index}")  # no real image has these bytes
     buf = io.BytesIO()
-    Image.new("RGB", (1, 1), (index % 256, index // 256 % 256, 7)).save(buf, format="PNG")
+    Image.new("RGB", (1, 1)).save(buf, format="PNG", pnginfo=label)
     return dspy.Image("data:image/png;base64," + base64.b64encode(buf.getvalue()).decode())
 
 
 class StructuredJSONAdapter(dspy.JSONAdapter):
-    """JSONAdapter that asks for plain JSON mode when an output has free-form keys.
+    """DSPy's JSONAdapter, with plain JSON mode for free-form keys and without per-call rework.
 
-    Our outputs are keyed by object names and distortion types ({"sky": ["Blurs"]}). DSPy 3.4 turns
-    nested dicts into strict Structured Outputs schemas with `additionalProperties: false` and no
-    properties, which only admits `{}` (or is refused by the provider). For such signatures we request
-    `{"type": "json_object"}` instead; signatures without dicts keep DSPy's structured schema.
+    - Our outputs are keyed by object names and distortion types ({"sky": ["Blurs"]}). DSPy 3.4 turns
+      nested dicts into strict Structured Outputs schemas with `additionalProperties: false` and no
+      properties, which only admits `{}` (or is refused by the provider). For such signatures we request
+      `{"type": "json_object"}`; signatures without dicts keep DSPy's structured schema.
+    - What depends only on the signature (system message, response format) is built once per
+      signature class instead of on every call, and images skip DSPy's text round trip (`format`).
+      The messages and formats are DSPy's own: tests compare them with a stock JSONAdapter.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
