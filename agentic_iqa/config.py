@@ -20,6 +20,12 @@ class ConfigError(ValueError):
     """A configuration file or value is wrong; the message names the file and key."""
 
 
+class LMSetupError(ConfigError):
+    """The configured LM cannot be used as set up: no API key, a refused key, billing, an unknown model.
+
+    Unlike an unreachable or misbehaving LM, retrying or answering offline would only hide it."""
+
+
 class RoleLM(BaseModel):
     model_config = ConfigDict(extra="forbid")
 

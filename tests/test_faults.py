@@ -18,7 +18,7 @@ from fake_openai import FakeOpenAIServer, Reply, route_of, scripted
 
 from agentic_iqa.api import Assessor
 from agentic_iqa.batch import BatchItem, run_batch
-from agentic_iqa.config import load_settings
+from agentic_iqa.config import LMSetupError, load_settings
 from iqa_tools import ToolRegistry
 
 N_ITEMS = 2
@@ -244,3 +244,34 @@ def test_a_tool_whose_weights_are_missing_fails_before_loading_anything(tmp_path
         assert musiq and "missing weights" in musiq[0]["error"] and "musiq_koniq_ckpt" in musiq[0]["error"]
         assert any(lg["fallback_for"] == "MUSIQ" and lg["error"] is None for lg in logs)
         assert any(f.startswith("execute: MUSIQ -> ") for f in fallbacks(rec))
+
+
+# ── the LM is set up wrong: the assessment stops with the reason instead of degrading ───────────
+
+
+def test_key_refused_stops_the_assessment_with_the_reason(tmp_path, images, registry):
+    refused = Reply(status=401, error_body={"error": {"message": "Incorrect API key provided", "type": "invalid_request_error",
+                                                      "code": "invalid_api_key"}})
+    with FakeOpenAIServer(scripted(every_route(refused))) as srv:
+        settings = load_settings(tmp_path, lm="openai/fake-vlm", api_base=srv.base_url, cache={"enabled": False})
+        assessor = Assessor(settings, registry=registry)
+        with pytest.raises(LMSetupError, match=r"the LM cannot be used: .*(401|API key).*--offline"):
+            assessor.assess(images[0], "Rate this photo")
+        assert len(srv.requests) == 1  # not retried, not re-asked at every node
+        # In a batch the item fails with the same reason (and the batch goes on).
+        out = tmp_path / "results.jsonl"
+        summary = run_batch([BatchItem(image=str(p)) for p in images], out, assessor, concurrency=1)
+    records = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert summary.failed == N_ITEMS and all("the LM cannot be used" in r["error"] for r in records)
+
+
+def test_missing_key_is_one_clear_cli_error(tmp_path, images):
+    from typer.testing import CliRunner
+
+    from agentic_iqa.cli import app
+    from agentic_iqa.cli.common import EXIT_BAD_INPUT
+
+    res = CliRunner().invoke(app, ["assess", str(images[0]), "--lm", "openai/gpt-4o", "--config", str(tmp_path)])
+    assert res.exit_code == EXIT_BAD_INPUT, res.output
+    assert "OPENAI_API_KEY" in res.output and "--offline" in res.output and "Traceback" not in res.output
+    assert "dspy.LM(" not in res.output  # keys come from the environment only: no api_key= advice
