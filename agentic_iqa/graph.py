@@ -20,6 +20,7 @@ from agentic_iqa.agents.context import AssessmentContext, Roles
 from agentic_iqa.agents.planner_rules import rule_plan
 from agentic_iqa.agents.tool_execution import execute_tools, required_tool_assignments
 from agentic_iqa.config import LMSetupError
+from agentic_iqa.lm import lm_setup_problem
 from agentic_iqa.state import AgenticIQAState
 from signatures.models import GLOBAL, LEVEL_NAMES, OVERALL, ExecutorOutput, PlannerOutput, SummarizerOutput
 
@@ -29,21 +30,6 @@ _UNREACHABLE = re.compile(r"connect|timed? ?out|timeout|unreachable|name resolut
 # By class name only: rate limits and server errors that outlived the LM's own retries. The rest of
 # the assessment would only wait through the same retries again at every node.
 _UNAVAILABLE_TYPES = re.compile(r"RateLimit|ServerError|ServiceUnavailable|InternalServerError|APIConnection", re.I)
-
-
-# DSPy's names for "the LM is set up wrong" (and LiteLLM's, on its fallback route).
-_SETUP_TYPES = re.compile(r"^(LMConfigurationError|LMAuthError|LMBillingError|LMUnsupportedModelError|AuthenticationError)$")
-
-
-def lm_setup_problem(exc: BaseException) -> Optional[str]:
-    """A one-line account when `exc` says the LM is configured wrong (no key, key refused, billing,
-    unknown model), else None. Such an assessment stops with that message instead of degrading."""
-    if not any(_SETUP_TYPES.match(c.__name__) for c in type(exc).__mro__):
-        return None
-    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-    first = first.split(', or pass api_key=')[0].rstrip(".")  # keys come from the environment only
-    return (f"the LM cannot be used: {first}. Fix the key or the model (--lm, configs/model_backends.yaml), "
-            "or run without a model (--offline)")
 
 
 def lm_unreachable(exc: BaseException) -> bool:

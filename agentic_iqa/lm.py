@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import os
+import re
+from typing import Optional
 
 from agentic_iqa.config import ROLES, ConfigError, ModelBackends, RoleLM
 
@@ -73,3 +75,18 @@ def build_role_lms(backends: ModelBackends) -> dict:
             by_settings[key] = build_lm(role, name)
         built[name] = by_settings[key]
     return built
+
+
+# DSPy's names for "the LM is set up wrong" (and LiteLLM's, on its fallback route).
+_SETUP_TYPES = re.compile(r"^(LMConfigurationError|LMAuthError|LMBillingError|LMUnsupportedModelError|AuthenticationError)$")
+
+
+def lm_setup_problem(exc: BaseException, otherwise: str = "run without a model (--offline)") -> Optional[str]:
+    """A one-line account when `exc` says the LM is configured wrong (no key, key refused, billing,
+    unknown model), else None; `otherwise` is the way forward without a model. Such an assessment
+    stops with that message instead of degrading."""
+    if not any(_SETUP_TYPES.match(c.__name__) for c in type(exc).__mro__):
+        return None
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    first = first.split(', or pass api_key=')[0].rstrip(".")  # keys come from the environment only
+    return f"the LM cannot be used: {first}. Fix the key or the model (--lm, configs/model_backends.yaml), or {otherwise}"

@@ -263,6 +263,9 @@ def test_cli_compile_errors_are_one_clear_line(tmp_path, monkeypatch):
     assert res.exit_code == 2 and "per module" in res.output
     res = runner.invoke(app, ["compile", "-m", "planner", "--lm", "demo", "--trainset", str(tmp_path / "none.jsonl")])
     assert res.exit_code == 2 and "does not exist" in res.output
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    res = runner.invoke(app, ["compile", "-m", "planner", "-O", "labeled", "--lm", "openai/gpt-4o", "--config", str(tmp_path)])
+    assert res.exit_code == 2 and "OPENAI_API_KEY" in res.output and "--lm demo" in res.output, res.output
 
 
 def test_assess_with_a_compiled_program_sends_its_demos_to_the_model(tmp_path, planner_data, catalog):

@@ -72,6 +72,11 @@ def compile_command(
     except ValueError as exc:  # CompileError, FixtureError, ProgramError: bad options or inputs
         fail(escape(str(exc)), EXIT_BAD_INPUT)
     except Exception as exc:  # noqa: BLE001 - one clear line, never a traceback
+        from agentic_iqa.lm import lm_setup_problem
+
+        problem = lm_setup_problem(exc, otherwise="try the flow with the scripted demo LM (--lm demo)")
+        if problem is not None:
+            fail(escape(problem), EXIT_BAD_INPUT)
         fail(escape(f"compile failed: {type(exc).__name__}: {exc}"), EXIT_FAILED)
     if as_json:
         typer.echo(json.dumps(results, indent=2))
