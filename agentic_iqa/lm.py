@@ -85,8 +85,13 @@ def lm_setup_problem(exc: BaseException, otherwise: str = "run without a model (
     """A one-line account when `exc` says the LM is configured wrong (no key, key refused, billing,
     unknown model), else None; `otherwise` is the way forward without a model. Such an assessment
     stops with that message instead of degrading."""
-    if not any(_SETUP_TYPES.match(c.__name__) for c in type(exc).__mro__):
-        return None
+    names = {c.__name__ for c in type(exc).__mro__}
     first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    if "LMInvalidRequestError" in names and "Provider NOT provided" in first:
+        # A model string DSPy/LiteLLM cannot route, e.g. "gpt4o" or "foo/bar".
+        first = first.split(" Pass in")[0].rstrip(".") + "; write the model as provider/model (openai/gpt-4o, " \
+            "anthropic/..., gemini/..., ollama_chat/..., or openai/NAME with --api-base for an OpenAI-compatible server)"
+    elif not any(_SETUP_TYPES.match(n) for n in names):
+        return None
     first = first.split(', or pass api_key=')[0].rstrip(".")  # keys come from the environment only
     return f"the LM cannot be used: {first}. Fix the key or the model (--lm, configs/model_backends.yaml), or {otherwise}"

@@ -275,3 +275,12 @@ def test_missing_key_is_one_clear_cli_error(tmp_path, images):
     assert res.exit_code == EXIT_BAD_INPUT, res.output
     assert "OPENAI_API_KEY" in res.output and "--offline" in res.output and "Traceback" not in res.output
     assert "dspy.LM(" not in res.output  # keys come from the environment only: no api_key= advice
+
+
+def test_a_model_string_without_a_known_provider_is_one_clear_cli_error(tmp_path, images):
+    from typer.testing import CliRunner
+
+    from agentic_iqa.cli import app
+
+    res = CliRunner().invoke(app, ["assess", str(images[0]), "--lm", "gpt4o-typo", "--config", str(tmp_path)])
+    assert res.exit_code == 2 and "provider/model" in res.output and "Traceback" not in res.output, res.output
