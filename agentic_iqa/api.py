@@ -141,8 +141,10 @@ class Assessor:
         """`resize_reference`: a reference of another size is resized to the image's size (bicubic,
         written losslessly to a temporary file) instead of being refused."""
         from iqa_tools import ImageSizeMismatchError, load_image
+        from iqa_tools.examples import resolve_example
 
         t0 = time.perf_counter()
+        image, reference = resolve_example(image), resolve_example(reference)  # "example:chelsea", as in the CLI
         p = self.settings.pipeline
         text, notes = prepare_query(query, p.max_query_chars)
         image_path = Path(image)

@@ -82,6 +82,16 @@ def test_the_image_reaches_the_model_as_its_original_bytes(settings, registry, i
     assert vlm.calls[0].images[0].data == img.read_bytes()
 
 
+def test_example_images_work_in_the_api_as_in_the_cli(settings, registry):
+    from iqa_tools.examples import example_image
+
+    _, vlm = run(settings, registry, {
+        "plan": valid_reply("plan", query_type="Other", plan={"distortion_detection": False, "distortion_analysis": False, "tool_selection": False, "tool_execution": False}),
+        "explain": valid_reply("explain"),
+    }, "example:camera", "Does this photo feel calm?")
+    assert vlm.calls[0].images[0].data == example_image("camera").read_bytes()
+
+
 def test_region_question_runs_no_tools_and_does_not_replan_for_missing_scores(settings, registry, images):
     img, _ = images
     plan = valid_reply("plan", query_scope=["sky"], distortion_source="Explicit", distortions={"sky": ["Blurs"]},
