@@ -37,7 +37,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Literal, Mapping, Optional
 
-from agentic_iqa.config import Settings
+from agentic_iqa.config import LMSetupError, Settings
 
 #: Bumped when the meaning of a results line changes; part of every key, so old lines are not reused.
 RESULTS_FORMAT = 1
@@ -277,7 +277,7 @@ class ItemResult:
     status: Literal["ok", "failed"]
     result: Any = None  # AssessmentResult
     error: Optional[str] = None
-    error_type: Optional[Literal["bad_input", "error"]] = None
+    error_type: Optional[Literal["bad_input", "lm_setup", "error"]] = None
     seconds: float = 0.0
     key: str = ""
     identity: str = ""
@@ -439,6 +439,7 @@ class BatchRunner:
         self.gate = _GatedRegistry(assessor.registry, tool_slots)
         self.assessor = Assessor(self.settings, registry=self.gate, roles=assessor.roles)
         _ = self.assessor.graph  # build now: a configuration problem stops the batch before any item
+        self.stopped: Optional[str] = None  # why no further items were started (the LM is set up wrong)
 
     def prepare(self, index: int, item: BatchItem) -> PreparedItem:
         return prepare_item(index, item, self.settings, self.fingerprint)
@@ -461,6 +462,9 @@ class BatchRunner:
         except _bad_input_types() as exc:
             return ItemResult(status="failed", error=str(exc), error_type="bad_input",
                               seconds=time.perf_counter() - t0, **base)
+        except LMSetupError as exc:  # every later item would fail the same way: `run` stops taking items
+            return ItemResult(status="failed", error=str(exc), error_type="lm_setup",
+                              seconds=time.perf_counter() - t0, **base)
         except Exception as exc:  # noqa: BLE001 - one item's crash must not take the batch down
             return ItemResult(status="failed", error=f"{type(exc).__name__}: {exc}", error_type="error",
                               seconds=time.perf_counter() - t0, **base)
@@ -471,13 +475,14 @@ class BatchRunner:
     def run(self, items: Iterable[PreparedItem | tuple[int, BatchItem]]) -> Iterator[ItemResult]:
         """Yield results as they complete. At most `concurrency` items are taken from `items` ahead of
         their results, so a huge (or endless) iterable is fine. Stopping the iteration early (break,
-        Ctrl-C) cancels what has not started; running items finish in the background."""
+        Ctrl-C) cancels what has not started; running items finish in the background. After an item
+        fails because the LM is set up wrong, no new item starts (`self.stopped` says why)."""
         source = iter(items)
         pool = cf.ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="agentic-iqa-batch")
         pending: set[cf.Future] = set()
 
         def refill() -> None:
-            while len(pending) < self.concurrency:
+            while len(pending) < self.concurrency and self.stopped is None:
                 nxt = next(source, None)
                 if nxt is None:
                     return
@@ -490,6 +495,9 @@ class BatchRunner:
                 done, _ = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
                 for fut in done:
                     pending.discard(fut)
+                    res = fut.result()
+                    if res.error_type == "lm_setup" and self.stopped is None:
+                        self.stopped = res.error
                 refill()  # keep the workers busy while the caller handles what finished
                 finished += len(done)
                 if finished >= self.concurrency:
@@ -531,6 +539,8 @@ def assess_many(
     runner = BatchRunner(assessor, concurrency=concurrency, tool_slots=tool_slots, use_cache=use_cache,
                          resize_reference=resize_reference)
     yield from runner.run((i, as_item(x)) for i, x in enumerate(items))
+    if runner.stopped:  # the rest cannot succeed either: say why instead of failing item after item
+        raise LMSetupError(runner.stopped)
 
 
 # ── the results file ────────────────────────────────────────────────────────────────────────────
@@ -731,6 +741,8 @@ class BatchSummary:
     repaired_bytes: int = 0
     replaced_lines: int = 0       # earlier lines replaced: retried failures, or results for changed files
     interrupted: bool = False
+    stopped: Optional[str] = None  # why the batch stopped taking items (the LM is set up wrong)
+    not_attempted: int = 0        # items not started because of `stopped` (run again with --resume)
     seconds: float = 0.0
     scores: list[float] = field(default_factory=list, repr=False)
     config: str = ""
@@ -741,10 +753,12 @@ class BatchSummary:
 
     @property
     def exit_code(self) -> int:
-        from agentic_iqa.cli.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_PARTIAL
+        from agentic_iqa.cli.common import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_PARTIAL
 
         if self.interrupted:
             return EXIT_INTERRUPTED
+        if self.stopped:
+            return EXIT_BAD_INPUT
         return EXIT_PARTIAL if self.skipped else EXIT_OK
 
     @property
@@ -758,7 +772,7 @@ class BatchSummary:
             "failed": self.failed, "already_done": self.already_done, "failed_before": self.failed_before,
             "duplicates": self.duplicates, "manifest_problems": self.manifest_problems, "notes": self.notes,
             "failures": self.failures, "repaired_bytes": self.repaired_bytes, "replaced_lines": self.replaced_lines,
-            "interrupted": self.interrupted, "seconds": round(self.seconds, 3), "items_per_second": round(self.rate, 4),
+            "interrupted": self.interrupted, "stopped": self.stopped, "not_attempted": self.not_attempted, "seconds": round(self.seconds, 3), "items_per_second": round(self.rate, 4),
             "mean_score": None if mean is None else round(mean, 4), "config": self.config, "exit_code": self.exit_code,
         }
 
@@ -865,6 +879,8 @@ def run_batch(
                         summary.failures.append({"image": res.item.image, "error": res.error, "error_type": res.error_type})
                 if on_result:
                     on_result(res, summary)
+            if runner.stopped:
+                summary.stopped, summary.not_attempted = runner.stopped, len(to_run) - summary.ran
         except KeyboardInterrupt:
             summary.interrupted = True
     finally:

@@ -87,7 +87,7 @@ class PipelineConfig(BaseModel):
     vlm_image_max_side: int = Field(2048, ge=64)
     max_image_pixels: int = Field(100_000_000, gt=0)
     max_query_chars: int = Field(2000, gt=0)
-    lm_history: bool = False  # keep DSPy's per-call history (for dspy.inspect_history); it holds every image
+    lm_history: bool = False  # keep DSPy's per-call history and trace (dspy.inspect_history); they hold every image
     cache: CacheSettings = CacheSettings()
     tools: ToolSettings = ToolSettings()
     programs: dict[str, Path] = {}

@@ -65,7 +65,7 @@ def _stage(name: str, roles: Roles, body: Callable, on_error: Callable):
         except Exception as exc:  # noqa: BLE001 - every failure becomes a recorded degradation
             problem = lm_setup_problem(exc)
             if problem is not None:  # the user's setup, not the model's mistake: stop and say so
-                raise LMSetupError(problem) from None
+                raise LMSetupError(problem) from exc
             if lm_unreachable(exc) and getattr(roles, "offline", None) is not None and not ctx.memo.get("lm_unreachable"):
                 first_line = (str(exc).strip().splitlines() or [""])[0]  # DSPy appends multi-line "To fix:" advice
                 ctx.memo["lm_unreachable"] = f"{type(exc).__name__}: {first_line[:200]}"

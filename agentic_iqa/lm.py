@@ -87,10 +87,15 @@ def lm_setup_problem(exc: BaseException, otherwise: str = "run without a model (
     stops with that message instead of degrading."""
     names = {c.__name__ for c in type(exc).__mro__}
     first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    status = getattr(exc, "status", None)
     if "LMInvalidRequestError" in names and "Provider NOT provided" in first:
         # A model string DSPy/LiteLLM cannot route, e.g. "gpt4o" or "foo/bar".
         first = first.split(" Pass in")[0].rstrip(".") + "; write the model as provider/model (openai/gpt-4o, " \
             "anthropic/..., gemini/..., ollama_chat/..., or openai/NAME with --api-base for an OpenAI-compatible server)"
+    elif "LMInvalidRequestError" in names and status == 404:
+        first += " (HTTP 404: no such endpoint or model; OpenAI-compatible servers usually want --api-base ending in /v1)"
+    elif "LMInvalidRequestError" in names and status == 400 and re.search(r"image", first, re.I):
+        first += " (the model does not take images: agentic-iqa needs a vision-language model)"
     elif not any(_SETUP_TYPES.match(n) for n in names):
         return None
     first = first.split(', or pass api_key=')[0].rstrip(".")  # keys come from the environment only

@@ -157,7 +157,7 @@ def _on_white(rgb: np.ndarray, alpha: np.ndarray) -> np.ndarray:
     return rgb * alpha + (1.0 - alpha)
 
 
-def _pil_to_float(im: Image.Image, notes: list[str]) -> np.ndarray:
+def _pil_to_array(im: Image.Image, notes: list[str]) -> np.ndarray:
     """H×W×3: float32 in [0, 1], or uint8 for 8-bit images (`_to_tensor` scales those by 1/255)."""
     if getattr(im, "n_frames", 1) > 1:
         notes.append(f"animated image: the first of {im.n_frames} frames is scored")
@@ -236,9 +236,9 @@ def decode(source: ImageSource, max_pixels: Optional[int] = None) -> LoadedImage
     if source.data is not None:
         im = _open_bytes(source.data, source.label, limit)
         fmt = im.format
-        hwc = _pil_to_float(im, notes)
+        hwc = _pil_to_array(im, notes)
     elif isinstance(obj, Image.Image):
-        hwc = _pil_to_float(obj, notes)
+        hwc = _pil_to_array(obj, notes)
     elif isinstance(obj, np.ndarray):
         hwc = _array_to_float(obj, source.label, notes)
     else:  # torch tensor: C×H×W or 1×C×H×W, float in [0, 1]

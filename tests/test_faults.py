@@ -17,7 +17,7 @@ from canned import disable_dspy_cache, valid_reply, write_test_image
 from fake_openai import FakeOpenAIServer, Reply, route_of, scripted
 
 from agentic_iqa.api import Assessor
-from agentic_iqa.batch import BatchItem, run_batch
+from agentic_iqa.batch import BatchItem, assess_many, run_batch
 from agentic_iqa.config import LMSetupError, load_settings
 from iqa_tools import ToolRegistry
 
@@ -258,11 +258,32 @@ def test_key_refused_stops_the_assessment_with_the_reason(tmp_path, images, regi
         with pytest.raises(LMSetupError, match=r"the LM cannot be used: .*(401|API key).*--offline"):
             assessor.assess(images[0], "Rate this photo")
         assert len(srv.requests) == 1  # not retried, not re-asked at every node
-        # In a batch the item fails with the same reason (and the batch goes on).
+        # A batch records the first item's failure with that reason and takes no further items.
         out = tmp_path / "results.jsonl"
         summary = run_batch([BatchItem(image=str(p)) for p in images], out, assessor, concurrency=1)
+        assert len(srv.requests) == 2
+        yielded = []
+        with pytest.raises(LMSetupError):  # the API's batch: what finished is yielded, then the reason
+            for r in assess_many(images, assessor=assessor, concurrency=1):
+                yielded.append(r.error_type)
+        assert yielded == ["lm_setup"]
     records = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
-    assert summary.failed == N_ITEMS and all("the LM cannot be used" in r["error"] for r in records)
+    assert [r["error_type"] for r in records] == ["lm_setup"] and "the LM cannot be used" in records[0]["error"]
+    assert summary.stopped and summary.not_attempted == N_ITEMS - 1 and summary.exit_code == 2
+
+
+@pytest.mark.parametrize("status, body, expected", [
+    (404, {"error": {"message": "Not Found"}}, "/v1"),
+    (400, {"error": {"message": "image_url is not supported by this model", "type": "invalid_request_error"}},
+     "vision-language model"),
+])
+def test_wrong_endpoint_or_a_text_only_model_stops_with_the_reason(tmp_path, images, registry, status, body, expected):
+    with FakeOpenAIServer(scripted(every_route(Reply(status=status, error_body=body)))) as srv:
+        settings = load_settings(tmp_path, lm="openai/fake-vlm", api_base=srv.base_url, cache={"enabled": False})
+        with pytest.raises(LMSetupError, match="the LM cannot be used") as info:
+            Assessor(settings, registry=registry).assess(images[0], "Rate this photo")
+        assert len(srv.requests) == 1
+    assert expected in str(info.value)
 
 
 def test_missing_key_is_one_clear_cli_error(tmp_path, images):

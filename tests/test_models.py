@@ -388,11 +388,10 @@ def test_summarizer_validation_messages():
 
 def test_categories_have_one_home():
     """The tool table, the state models and the detection prompt use the same seven categories."""
-    from iqa_tools.categories import DISTORTION_CATEGORIES, STRENGTHS
+    from iqa_tools.categories import DISTORTION_CATEGORIES
     from signatures import DetectDistortionsSignature
     from signatures.models import DistortionAnalysis
 
-    assert STRENGTHS[:7] == DISTORTION_CATEGORIES
     assert all(f'"{c}"' in DetectDistortionsSignature.instructions for c in DISTORTION_CATEGORIES)
     for c in DISTORTION_CATEGORIES:
         DistortionAnalysis.model_validate({"type": c, "severity": "slight", "explanation": "x"})

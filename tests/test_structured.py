@@ -1,5 +1,6 @@
 """StructuredPredict: JSON adapter, retries with the error fed back, validation hook, async, counting."""
 import asyncio
+import json
 import logging
 import os
 
@@ -282,6 +283,50 @@ def test_adapter_system_message_follows_new_instructions():
     changed = ScoreSignature.with_instructions("Judge only the sharpness.")
     assert "Judge only the sharpness." in ours.format_system_message(changed)
     assert ours.format_system_message(ScoreSignature) == base == dspy.JSONAdapter().format_system_message(ScoreSignature)
+    changed.instructions = "Judge only the colours."  # edited in place, as some optimizers do
+    assert ours.format_system_message(changed) == dspy.JSONAdapter().format_system_message(changed)
+    assert "Judge only the colours." in ours.format_system_message(changed)
+
+
+def test_adapter_never_scans_the_image_text(tmp_path, monkeypatch):
+    """The point of the stand-in: DSPy's marker regex only ever sees short text, not the base64 image."""
+    import dspy.adapters._legacy_type_markers as markers
+
+    scanned = []
+    real_split = markers._split_legacy_custom_type_text_to_blocks
+    monkeypatch.setattr(markers, "_split_legacy_custom_type_text_to_blocks", lambda text: scanned.append(len(text)) or real_split(text))
+    big = vlm_image(write_test_image(tmp_path / "big.jpg", size=(640, 480)))[0]
+    StructuredJSONAdapter().format(DetectDistortionsSignature, [], dict(query="q", image=big, query_scope=["Global"]))
+    assert scanned and max(scanned) < 2000 < len(big.url)
+
+
+def test_adapter_messages_are_fresh_and_callbacks_see_the_real_image(tmp_path):
+    from dspy.utils.callback import BaseCallback
+
+    seen = []
+
+    class Spy(BaseCallback):
+        def on_adapter_format_start(self, call_id, instance, inputs):
+            seen.append(json.dumps(inputs["inputs"]["image"].url))
+
+    img = vlm_image(write_test_image(tmp_path / "x.jpg"))[0]
+    inputs = dict(query="q", image=img, query_scope=["Global"])
+    ours = StructuredJSONAdapter(callbacks=[Spy()])
+    first = ours.format(DetectDistortionsSignature, [], inputs)
+    first[-1]["content"][1]["image_url"]["url"] = "REDACTED"  # a caller editing its copy of the messages
+    second = ours.format(DetectDistortionsSignature, [], inputs)
+    assert json.dumps(second).count(img.url) == 1 and "REDACTED" not in json.dumps(second)
+    assert seen == [json.dumps(img.url)] * 2  # one event per call, with the real image
+
+
+def test_adapter_can_be_pickled_and_copied():
+    import copy
+    import pickle
+
+    ours = StructuredJSONAdapter()
+    ours.format_system_message(ScoreSignature)
+    for clone in (pickle.loads(pickle.dumps(ours)), copy.deepcopy(ours)):
+        assert clone.format_system_message(ScoreSignature) == ours.format_system_message(ScoreSignature)
 
 
 def test_response_format_is_chosen_once_per_signature_and_lm_kind():

@@ -17,10 +17,10 @@ The adapter is set per call with `dspy.context(adapter=...)`, never with the pro
 """
 from __future__ import annotations
 
+import copy
 import functools
 import logging
 import re
-import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,6 +28,7 @@ from typing import Any, Optional
 
 import dspy
 import pydantic
+from dspy.adapters.base import Adapter
 from dspy.utils.exceptions import AdapterParseError
 
 __all__ = ["StructuredPredict", "StructuredResult", "StructuredJSONAdapter", "STRICT_INSTRUCTION", "describe_error"]
@@ -79,23 +80,37 @@ def _has_open_mapping(schema: Any) -> bool:
     return False
 
 
-def _per_signature(compute: Callable[[type[dspy.Signature]], Any]) -> Callable[[type[dspy.Signature]], Any]:
-    """Memoize `compute(signature)` per signature class, checked against its instructions.
+# What we derive from a signature (system message, response format, ...), per signature class. DSPy
+# signatures are replaced rather than mutated (optimizers make new classes), so weak keys on the class
+# suffice; the stored fingerprint also catches in-place edits of instructions or field descriptions.
+# Weak keys: the retry signatures made per failed attempt are dropped with their class.
+_derived: "weakref.WeakKeyDictionary[type, tuple[Any, dict]]" = weakref.WeakKeyDictionary()
 
-    DSPy signatures are classes that are replaced, not mutated (`with_instructions` makes a new one), so
-    the class plus its instruction text identifies everything derived from it. Weak keys: the retry
-    signatures made per failed attempt are dropped with their class."""
-    memo: "weakref.WeakKeyDictionary[type, tuple[str, Any]]" = weakref.WeakKeyDictionary()
-    lock = threading.Lock()
+
+def _fingerprint(signature: type[dspy.Signature]) -> tuple:
+    return signature.instructions, tuple(
+        (name, info.annotation, repr(info.json_schema_extra)) for name, info in signature.fields.items()
+    )
+
+
+def _derived_from(signature: type[dspy.Signature]) -> dict:
+    """The memo of values derived from `signature` (emptied when the signature was edited in place)."""
+    fingerprint = _fingerprint(signature)
+    hit = _derived.get(signature)
+    if hit is None or hit[0] != fingerprint:
+        hit = (fingerprint, {})
+        _derived[signature] = hit  # a concurrent first call may compute the same values twice: harmless
+    return hit[1]
+
+
+def _per_signature(compute: Callable[[type[dspy.Signature]], Any]) -> Callable[[type[dspy.Signature]], Any]:
+    """`compute(signature)`, memoized per signature (see `_derived`)."""
 
     def cached(signature: type[dspy.Signature]) -> Any:
-        hit = memo.get(signature)
-        if hit is not None and hit[0] == signature.instructions:
-            return hit[1]
-        value = compute(signature)
-        with lock:
-            memo[signature] = (signature.instructions, value)
-        return value
+        memo = _derived_from(signature)
+        if compute not in memo:
+            memo[compute] = compute(signature)
+        return memo[compute]
 
     return cached
 
@@ -141,15 +156,14 @@ class StructuredJSONAdapter(dspy.JSONAdapter):
       The messages and formats are DSPy's own: tests compare them with a stock JSONAdapter.
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        # The system message (field descriptions, JSON schemas, instructions) depends only on the
-        # signature; DSPy rebuilds it on every call, which was most of our per-call overhead.
-        self._system_message = _per_signature(super().format_system_message)
-        self._response_formats = _per_signature(lambda signature: {})  # {(LM facts): response_format}
-
     def format_system_message(self, signature: type[dspy.Signature]) -> str:
-        return self._system_message(signature)
+        # Field descriptions, JSON schemas and instructions: DSPy rebuilds them on every call, which
+        # was most of our per-call overhead.
+        key = ("system message", type(self), self.use_native_function_calling)
+        memo = _derived_from(signature)
+        if key not in memo:
+            memo[key] = super().format_system_message(signature)
+        return memo[key]
 
     def format(self, signature: type[dspy.Signature], demos: list[dict[str, Any]], inputs: dict[str, Any]) -> list[dict[str, Any]]:
         """DSPy's messages, built without scanning the image's base64 text.
@@ -158,12 +172,15 @@ class StructuredJSONAdapter(dspy.JSONAdapter):
         over the whole text (about 1 ms per 100 KB of base64, on every call). We format with a tiny
         stand-in image per image input and put the real image's content block in its place: the
         messages are the same (tests compare them with DSPy's own JSONAdapter)."""
+        # Adapter.format itself, not super().format: DSPy wraps every subclass's `format` with its
+        # callbacks, which would otherwise report the stand-in as the prompt (ours reports the real one).
+        build = functools.partial(Adapter.format, self, signature, demos)
         stand_ins = {
             name: _stand_in(i) for i, (name, value) in enumerate(inputs.items()) if isinstance(value, dspy.Image)
         }
         if not stand_ins:
-            return super().format(signature, demos, inputs)
-        messages = super().format(signature, demos, {**inputs, **stand_ins})
+            return build(inputs)
+        messages = build({**inputs, **stand_ins})
         real = {stand_ins[name].url: inputs[name].format() for name in stand_ins}
         found = 0
         for message in messages:
@@ -174,20 +191,23 @@ class StructuredJSONAdapter(dspy.JSONAdapter):
             for block in content:
                 url = (block.get("image_url") or {}).get("url") if isinstance(block, dict) else None
                 if url in real:
-                    blocks.extend(real[url])
+                    # Fresh dicts (DSPy's are memoized per image): editing one call's messages must not
+                    # change the next call's.
+                    blocks.extend(copy.deepcopy(real[url]))
                     found += 1
                 else:
                     blocks.append(block)
             message["content"] = blocks
         if found != len(stand_ins):  # DSPy placed images differently: let it do the whole job
-            return super().format(signature, demos, inputs)
+            return build(inputs)
         return messages
 
     def _prepare_response_format(self, lm, lm_kwargs, signature):
         # DSPy builds a Pydantic model of the outputs on every call (~1–2 ms); the choice depends only on
         # the signature and two facts about the LM, so it is made once per combination.
-        facts = ("response_format" in lm.supported_params, bool(lm.supports_response_schema))
-        choices = self._response_formats(signature)
+        facts = ("response format", type(self), self.use_native_function_calling,
+                 "response_format" in lm.supported_params, bool(lm.supports_response_schema))
+        choices = _derived_from(signature)
         if facts not in choices:
             probe: dict[str, Any] = {}
             super()._prepare_response_format(lm, probe, signature)

@@ -314,10 +314,11 @@ def render_summary(summary) -> None:
         t.add_row("mean score", f"{d['mean_score']:.2f} / 5")
     t.add_row("results", escape(summary.out))
     con.print(t)
-    shown = summary.failures[:10]
+    failures = [f for f in summary.failures if f["error_type"] != "lm_setup"]  # said once, under "stopped"
+    shown = failures[:10]
     for f in shown:
         con.print(f"[red]failed:[/] {escape(f['image'])} — {escape(f['error'] or '')}")
-    if summary.failed > len(shown):
+    if summary.failed - (len(summary.failures) - len(failures)) > len(shown):
         con.print(f"[dim]… {summary.failed - len(shown)} more failure(s): lines with \"status\": \"failed\" in {escape(summary.out)}[/]")
     for p in summary.manifest_problems[:10]:
         con.print(f"[red]manifest:[/] {escape(p)}")
@@ -325,3 +326,8 @@ def render_summary(summary) -> None:
         con.print(f"[yellow]note:[/] {escape(n)}")
     if summary.interrupted:
         con.print("[yellow]interrupted:[/] finished items are saved; run the same command with --resume to continue")
+    if summary.stopped:
+        failed = len(summary.failures) - len(failures)
+        con.print(f"[bold red]stopped:[/] {escape(summary.stopped)}")
+        con.print(f"{failed} item(s) failed for this reason and {summary.not_attempted} were not attempted; once fixed, "
+                  "run the same command with --resume --retry-failed")
