@@ -232,7 +232,7 @@ def _resized_reference(ref, size: tuple[int, int]):
     import numpy as np
     from PIL import Image
 
-    arr = (ref.tensor[0].permute(1, 2, 0).numpy() * 255.0 + 0.5).clip(0, 255).astype(np.uint8)
+    arr = ref.pixels if ref.pixels.dtype == np.uint8 else (ref.pixels * 255.0 + 0.5).clip(0, 255).astype(np.uint8)
     folder = tempfile.TemporaryDirectory(prefix="agentic-iqa-ref-")
     path = Path(folder.name) / "reference_resized.png"
     Image.fromarray(arr, "RGB").resize(size, Image.BICUBIC).save(path, format="PNG")

@@ -62,12 +62,30 @@ class ImageSource:
 
 @dataclass
 class LoadedImage:
-    tensor: Any  # torch.FloatTensor, shape 1×3×H×W, values in [0, 1]
+    """A decoded image. `pixels` is numpy; the torch tensor pyiqa needs is made on first use, so that
+    validating an image, the offline statistics and cached tool scores never import torch (~3 s)."""
+
+    pixels: np.ndarray  # H×W×3: uint8, or float32 in [0, 1]
     size: tuple[int, int]  # (width, height), as PIL reports it
     label: str
     source: ImageSource
     format: Optional[str] = None  # e.g. "PNG", "JPEG"; None for in-memory inputs
     notes: list[str] = field(default_factory=list)
+
+    @cached_property
+    def tensor(self) -> Any:
+        """torch.FloatTensor, shape 1×3×H×W, values in [0, 1]."""
+        import torch
+
+        chw = torch.from_numpy(self.pixels).permute(2, 0, 1).unsqueeze(0)
+        tensor = chw.to(dtype=torch.float32, memory_format=torch.contiguous_format)
+        return tensor.div_(255.0) if self.pixels.dtype == np.uint8 else tensor  # scaling in torch: ~2× numpy
+
+    def float_pixels(self) -> np.ndarray:
+        """H×W×3 float32 in [0, 1] (the same values as `tensor`, without torch)."""
+        if self.pixels.dtype == np.uint8:
+            return self.pixels.astype(np.float32) / np.float32(255.0)
+        return self.pixels
 
     @property
     def sha256(self) -> str:
@@ -158,7 +176,7 @@ def _on_white(rgb: np.ndarray, alpha: np.ndarray) -> np.ndarray:
 
 
 def _pil_to_array(im: Image.Image, notes: list[str]) -> np.ndarray:
-    """H×W×3: float32 in [0, 1], or uint8 for 8-bit images (`_to_tensor` scales those by 1/255)."""
+    """H×W×3: float32 in [0, 1], or uint8 for 8-bit images (`LoadedImage` scales those by 1/255)."""
     if getattr(im, "n_frames", 1) > 1:
         notes.append(f"animated image: the first of {im.n_frames} frames is scored")
         im.seek(0)
@@ -185,7 +203,7 @@ def _pil_to_array(im: Image.Image, notes: list[str]) -> np.ndarray:
         return np.repeat(np.asarray(im.convert("L"))[..., None], 3, axis=2)  # np.repeat copies: writable
     if mode != "RGB":
         notes.append(f"{mode} converted to RGB")
-    return np.array(im.convert("RGB"))  # uint8 (writable, for torch): scaled in torch, ~2× faster than in numpy
+    return np.array(im.convert("RGB"))  # uint8, writable (torch.from_numpy wants that)
 
 
 def _array_to_float(arr: np.ndarray, label: str, notes: list[str]) -> np.ndarray:
@@ -226,9 +244,7 @@ def _array_to_float(arr: np.ndarray, label: str, notes: list[str]) -> np.ndarray
 
 
 def decode(source: ImageSource, max_pixels: Optional[int] = None) -> LoadedImage:
-    """Decode a read source into a float32 1×3×H×W tensor in [0, 1]. Raises ImageError."""
-    import torch
-
+    """Decode a read source (pixels as numpy; `.tensor` on demand). Raises ImageError."""
     limit = max_pixels or max_pixels_default()
     notes: list[str] = []
     fmt = None
@@ -251,11 +267,8 @@ def decode(source: ImageSource, max_pixels: Optional[int] = None) -> LoadedImage
     h, w = hwc.shape[:2]
     if h == 0 or w == 0:
         raise ImageError(f"{source.label}: image has no pixels ({w}×{h})")
-    chw = torch.from_numpy(np.ascontiguousarray(hwc)).permute(2, 0, 1).unsqueeze(0)
-    tensor = chw.to(dtype=torch.float32, memory_format=torch.contiguous_format)
-    if hwc.dtype == np.uint8:
-        tensor.div_(255.0)
-    return LoadedImage(tensor=tensor, size=(w, h), label=source.label, source=source, format=fmt, notes=notes)
+    pixels = np.ascontiguousarray(hwc if hwc.dtype == np.uint8 else hwc.astype(np.float32, copy=False))
+    return LoadedImage(pixels=pixels, size=(w, h), label=source.label, source=source, format=fmt, notes=notes)
 
 
 def load_image(src: Any, *, label: Optional[str] = None, max_pixels: Optional[int] = None) -> LoadedImage:

@@ -155,3 +155,33 @@ def test_example_images(tmp_path):
     assert resolve_example("plain.png") == "plain.png"
     with pytest.raises(ImageError, match="unknown example image 'lena'"):
         example_image("lena")
+
+
+def test_pixels_and_tensor_agree_and_validation_needs_no_torch(tmp_path):
+    import subprocess
+    import sys
+
+    path = tmp_path / "x.jpg"
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (40, 60, 3), dtype=np.uint8)).save(path)
+    loaded = load_image(path)
+    assert loaded.pixels.dtype == np.uint8 and loaded.pixels.shape == (40, 60, 3)
+    assert np.array_equal(loaded.float_pixels(), loaded.tensor[0].permute(1, 2, 0).numpy())
+    # A fresh process: decoding for validation (and the offline statistics) must not pay torch's import.
+    code = f"import sys; from iqa_tools import load_image; load_image({str(path)!r}).float_pixels(); print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False", out.stderr
+
+
+def test_a_repeated_offline_assessment_does_not_import_torch(tmp_path):
+    """With the tool score cached, an offline assessment needs no torch: a repeated CLI call starts in ~2 s, not ~6 s."""
+    import subprocess
+    import sys
+
+    path = example_image("coins")
+    code = ("import sys; from agentic_iqa.api import Assessor; from agentic_iqa.config import load_settings; "
+            f"r = Assessor(load_settings(backend='offline')).assess({str(path)!r}); "
+            "print(r.evidence.tool_logs[0].cached, 'torch' in sys.modules)")
+    env = dict(os.environ, AGENTIC_IQA_CACHE_DIR=str(tmp_path / "cache"))
+    runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
+            for _ in range(2)]
+    assert [r.stdout.split()[-2:] for r in runs] == [["False", "True"], ["True", "False"]], [r.stderr[-500:] for r in runs]

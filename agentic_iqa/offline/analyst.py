@@ -130,7 +130,7 @@ def _as_array(ctx: AssessmentContext, key: str, path) -> "object":
         from iqa_tools import load_image
 
         loaded = load_image(path, max_pixels=ctx.settings.pipeline.max_image_pixels)
-        ctx.memo[memo_key] = loaded.tensor[0].permute(1, 2, 0).numpy()
+        ctx.memo[memo_key] = loaded.float_pixels()
     return ctx.memo[memo_key]
 
 
