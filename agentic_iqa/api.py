@@ -167,15 +167,12 @@ class Assessor:
                     )
                 tmp_dir, reference_path = _resized_reference(ref, loaded.size)
                 notes.append(f"reference resized from {ref.width}×{ref.height} to {loaded.width}×{loaded.height} (bicubic) for full-reference tools")
-                ref = None  # the tools read the resized copy
             elif ref.sha256 == loaded.sha256:
                 notes.append("the reference is the same file content as the image: full-reference tools will report perfect quality")
-        else:
-            ref = None
+            del ref
+        del loaded  # the decoded tensor is not needed any more; tools and roles read the file themselves
         try:
-            # The decoded images go along: tools and statistics use them instead of decoding the files again.
-            result = self._assess(image_path, reference_path, text, notes, mode, use_cache, on_event, t0,
-                                  decoded=(loaded, ref))
+            result = self._assess(image_path, reference_path, text, notes, mode, use_cache, on_event, t0)
         finally:
             if tmp_dir is not None:
                 tmp_dir.cleanup()
@@ -183,7 +180,7 @@ class Assessor:
             result = result.model_copy(update={"reference": str(given_reference)})
         return result
 
-    def _assess(self, image_path, reference_path, text, notes, mode, use_cache, on_event, t0, decoded=(None, None)) -> AssessmentResult:
+    def _assess(self, image_path, reference_path, text, notes, mode, use_cache, on_event, t0) -> AssessmentResult:
         from agentic_iqa.agents.context import AssessmentContext
 
         graph = self.graph
@@ -197,8 +194,6 @@ class Assessor:
             scoring=(decide_mode(text) if mode == "auto" else mode) == "score",
             use_cache=use_cache,
             emit=on_event or (lambda e: None),
-            image=decoded[0],
-            reference=decoded[1],
         )
         for n in notes:
             ctx.trace.add("input", "note", n)

@@ -56,18 +56,14 @@ class ImageSource:
             return _sha(f"PIL:{obj.mode}:{obj.size}".encode(), obj.tobytes())
         if isinstance(obj, np.ndarray):
             return _sha(f"ndarray:{obj.dtype.str}:{obj.shape}".encode(), np.ascontiguousarray(obj).tobytes())
-        if isinstance(obj, LoadedImage):
-            return obj.source.sha256
         arr = np.ascontiguousarray(obj.detach().cpu().float().numpy())  # torch tensor
         return _sha(f"tensor:{arr.shape}".encode(), arr.tobytes())
 
 
 @dataclass
 class LoadedImage:
-    """A decoded image. `pixels` is numpy; the torch tensor pyiqa needs is made on each access (and not
-    kept: the pixels stay the one copy), so that validating an image, the offline statistics and cached
-    tool scores never import torch (~3 s). A LoadedImage can be passed wherever an image is accepted:
-    it is used as decoded, with its file's content hash (so cache keys match the file's)."""
+    """A decoded image. `pixels` is numpy; the torch tensor pyiqa needs is made on first use, so that
+    validating an image, the offline statistics and cached tool scores never import torch (~3 s)."""
 
     pixels: np.ndarray  # H×W×3: uint8, or float32 in [0, 1]
     size: tuple[int, int]  # (width, height), as PIL reports it
@@ -76,9 +72,9 @@ class LoadedImage:
     format: Optional[str] = None  # e.g. "PNG", "JPEG"; None for in-memory inputs
     notes: list[str] = field(default_factory=list)
 
-    @property
+    @cached_property
     def tensor(self) -> Any:
-        """torch.FloatTensor, shape 1×3×H×W, values in [0, 1] (a new one per access)."""
+        """torch.FloatTensor, shape 1×3×H×W, values in [0, 1]."""
         import torch
 
         chw = torch.from_numpy(self.pixels).permute(2, 0, 1).unsqueeze(0)
@@ -139,8 +135,6 @@ def read_source(src: Any, label: Optional[str] = None) -> ImageSource:
         if not data:
             raise ImageError(f"{label or 'image bytes'}: empty (0 bytes)")
         return ImageSource(label=label or f"<{len(data)} bytes>", data=data)
-    if isinstance(src, LoadedImage):  # already decoded (e.g. when the input was validated)
-        return ImageSource(label=label or src.label, obj=src)
     if isinstance(src, Image.Image):
         return ImageSource(label=label or f"<PIL {src.mode} {src.size[0]}×{src.size[1]}>", obj=src)
     if isinstance(src, np.ndarray):
@@ -255,11 +249,6 @@ def decode(source: ImageSource, max_pixels: Optional[int] = None) -> LoadedImage
     notes: list[str] = []
     fmt = None
     obj = source.obj
-    if isinstance(obj, LoadedImage):
-        w, h = obj.size
-        if w * h > limit:
-            raise ImageError(f"{source.label}: {w}×{h} = {w * h:,} pixels exceeds the limit of {limit:,}; downscale it")
-        return obj
     if source.data is not None:
         im = _open_bytes(source.data, source.label, limit)
         fmt = im.format

@@ -217,22 +217,3 @@ def test_probability_mode_can_be_set_per_pipeline(tmp_path, registry, images):
     }, img, "Rate this photo")
     assert result.result.prob_mode == "uniform"
     assert list(result.result.probabilities.values()) == pytest.approx([0.2] * 5)
-
-
-def test_an_assessment_decodes_its_image_once(tmp_path, monkeypatch, images):
-    """Validation decodes the image; the tools and the offline statistics reuse it (no second decode),
-    and the score cache is keyed by the file's content either way."""
-    import iqa_tools.images as images_module
-    from iqa_tools import ToolCache, ToolRegistry
-
-    img, _ = images
-    big = write_test_image(tmp_path / "big.jpg", size=(160, 120), quality=80)  # NIQE needs 96 px a side
-    decodes = []
-    real_open = images_module._open_bytes
-    monkeypatch.setattr(images_module, "_open_bytes", lambda *a: decodes.append(a[1]) or real_open(*a))
-    registry = ToolRegistry(cache=ToolCache(tmp_path / "cache"))
-    settings = load_settings(tmp_path, backend="offline")
-    result = Assessor(settings, registry=registry).assess(big, "Rate this photo")
-    ran = [lg for lg in result.evidence.tool_logs if lg.ok]
-    assert ran and not ran[0].cached and decodes == [str(big)]
-    assert registry.score(ran[0].tool_name, str(big)).cached  # the key is the file's: a path finds it

@@ -27,15 +27,6 @@ class AssessmentContext:
     use_cache: bool = True
     emit: Callable[[dict], None] = lambda event: None   # progress events (per node, per tool)
     memo: dict = field(default_factory=dict)            # per-assessment values computed once (images, stats)
-    image: Any = None        # the image decoded once (iqa_tools.LoadedImage) when validated; tools reuse it
-    reference: Any = None    # the same for the reference (None when absent or resized to a temporary file)
-
-    def tool_inputs(self) -> tuple[Any, Any]:
-        """(image, reference) for the tool registry: the decoded images when there are, else the paths."""
-        image = self.image if self.image is not None else str(self.image_path)
-        if self.reference_path is None:
-            return image, None
-        return image, self.reference if self.reference is not None else str(self.reference_path)
 
     @property
     def has_reference(self) -> bool:

@@ -36,14 +36,14 @@ def execute_tools(
     logs: list[ToolExecutionLog] = []
     scores: dict[str, dict[str, tuple[str, float]]] = {}
     runs: dict[str, list[ToolExecutionLog]] = {}
-    image, ref = ctx.tool_inputs()
+    ref = str(ctx.reference_path) if ctx.reference_path else None
     for obj, by_dist in selected.items():
         for dist, tool in by_dist.items():
             if tool not in runs:
                 ctx.emit({"stage": "execute", "event": "tool_start", "tool": tool})
                 runs[tool] = ctx.registry.run(
                     tool,
-                    image,
+                    str(ctx.image_path),
                     ref,
                     object_name=obj,
                     distortion=dist,

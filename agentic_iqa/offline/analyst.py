@@ -49,9 +49,8 @@ class OfflineRoles:
         if "analyses" not in ctx.memo:
             from agentic_iqa.offline import severity
 
-            image_in, reference_in = ctx.tool_inputs()  # decoded already when the input was validated
-            image = _as_array(ctx, "image", image_in)
-            reference = _as_array(ctx, "reference", reference_in) if reference_in is not None else None
+            image = _as_array(ctx, "image", ctx.image_path)
+            reference = _as_array(ctx, "reference", ctx.reference_path) if ctx.reference_path else None
             if reference is not None and reference.shape != image.shape:
                 ctx.trace.add("analyze", "note", "reference size differs from the image: no-reference statistics used")
                 reference = None
@@ -124,14 +123,13 @@ class OfflineRoles:
         return SummarizerOutput(final_answer=answer, quality_reasoning=reasoning)
 
 
-def _as_array(ctx: AssessmentContext, key: str, source) -> "object":
-    """The image as float RGB HxWx3, through the registry's loader (16-bit, RGBA, CMYK handled); `source`
-    is a path or an already decoded image."""
+def _as_array(ctx: AssessmentContext, key: str, path) -> "object":
+    """The decoded image as float RGB HxWx3, through the registry's loader (16-bit, RGBA, CMYK handled)."""
     memo_key = f"{key}_array"
     if memo_key not in ctx.memo:
         from iqa_tools import load_image
 
-        loaded = load_image(source, max_pixels=ctx.settings.pipeline.max_image_pixels)
+        loaded = load_image(path, max_pixels=ctx.settings.pipeline.max_image_pixels)
         ctx.memo[memo_key] = loaded.float_pixels()
     return ctx.memo[memo_key]
 
