@@ -493,18 +493,16 @@ class BatchRunner:
             refill()
             while pending:
                 done, _ = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
-                for fut in done:
-                    pending.discard(fut)
-                    res = fut.result()
-                    if res.error_type == "lm_setup" and self.stopped is None:
-                        self.stopped = res.error
+                pending -= done
+                results = [fut.result() for fut in done]
+                if self.stopped is None:
+                    self.stopped = next((r.error for r in results if r.error_type == "lm_setup"), None)
                 refill()  # keep the workers busy while the caller handles what finished
                 finished += len(done)
                 if finished >= self.concurrency:
                     finished = 0
                     _trim_heap()
-                for fut in done:
-                    yield fut.result()
+                yield from results
         finally:
             for fut in pending:
                 fut.cancel()

@@ -78,7 +78,7 @@ def build_role_lms(backends: ModelBackends) -> dict:
 
 
 # DSPy's names for "the LM is set up wrong" (and LiteLLM's, on its fallback route).
-_SETUP_TYPES = re.compile(r"^(LMConfigurationError|LMAuthError|LMBillingError|LMUnsupportedModelError|AuthenticationError)$")
+_SETUP_TYPES = frozenset({"LMConfigurationError", "LMAuthError", "LMBillingError", "LMUnsupportedModelError", "AuthenticationError"})
 
 
 def lm_setup_problem(exc: BaseException, otherwise: str = "run without a model (--offline)") -> Optional[str]:
@@ -96,7 +96,7 @@ def lm_setup_problem(exc: BaseException, otherwise: str = "run without a model (
         first += " (HTTP 404: no such endpoint or model; OpenAI-compatible servers usually want --api-base ending in /v1)"
     elif "LMInvalidRequestError" in names and status == 400 and re.search(r"image", first, re.I):
         first += " (the model does not take images: agentic-iqa needs a vision-language model)"
-    elif not any(_SETUP_TYPES.match(n) for n in names):
+    elif not names & _SETUP_TYPES:
         return None
     first = first.split(', or pass api_key=')[0].rstrip(".")  # keys come from the environment only
     return f"the LM cannot be used: {first}. Fix the key or the model (--lm, configs/model_backends.yaml), or {otherwise}"

@@ -103,19 +103,6 @@ def _derived_from(signature: type[dspy.Signature]) -> dict:
     return hit[1]
 
 
-def _per_signature(compute: Callable[[type[dspy.Signature]], Any]) -> Callable[[type[dspy.Signature]], Any]:
-    """`compute(signature)`, memoized per signature (see `_derived`)."""
-
-    def cached(signature: type[dspy.Signature]) -> Any:
-        memo = _derived_from(signature)
-        if compute not in memo:
-            memo[compute] = compute(signature)
-        return memo[compute]
-
-    return cached
-
-
-@_per_signature
 def _signature_has_open_mapping(signature: type[dspy.Signature]) -> bool:
     for info in signature.output_fields.values():
         try:
@@ -134,7 +121,6 @@ def _stand_in(index: int) -> dspy.Image:
     import io
 
     from PIL import Image
-
     from PIL.PngImagePlugin import PngInfo
 
     label = PngInfo()

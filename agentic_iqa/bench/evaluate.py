@@ -55,13 +55,17 @@ def _question(row: ManifestRow) -> str:
 
 
 def run_items(assessor, rows: list[ManifestRow], modes: list[Mode], concurrency: int = 1,
-              on_item: Optional[Callable[[ItemResult], None]] = None) -> list[ItemResult]:
+              on_item: Optional[Callable[[ItemResult], None]] = None,
+              on_start: Optional[Callable[[int], None]] = None) -> list[ItemResult]:
+    """Assess every (row, mode) job; `on_start(n_jobs)` is called once before the first."""
     jobs: list[tuple[ManifestRow, Mode]] = []
     for row in rows:
         for mode in modes:
             if mode == "fr" and row.reference_path is None:
                 continue
             jobs.append((row, mode))
+    if on_start:
+        on_start(len(jobs))
 
     def one(job) -> ItemResult:
         row, mode = job
@@ -126,13 +130,13 @@ def summarize(items: list[ItemResult]) -> dict:
 
 
 def evaluate(manifest: Path, assessor, *, modes: list[Mode], split: str = "test", limit: Optional[int] = None,
-             concurrency: int = 1, on_item=None) -> tuple[dict, list[ItemResult], list]:
+             concurrency: int = 1, on_item=None, on_start=None) -> tuple[dict, list[ItemResult], list]:
     rows, problems = read_manifest(manifest)
     if split != "all":
         rows = [r for r in rows if r.split == split]
     if limit:
         rows = rows[:limit]
-    items = run_items(assessor, rows, modes, concurrency, on_item)
+    items = run_items(assessor, rows, modes, concurrency, on_item, on_start)
     report = summarize(items)
     report["manifest"] = str(manifest)
     report["split"] = split

@@ -315,11 +315,13 @@ def render_summary(summary) -> None:
     t.add_row("results", escape(summary.out))
     con.print(t)
     failures = [f for f in summary.failures if f["error_type"] != "lm_setup"]  # said once, under "stopped"
+    setup_failed = len(summary.failures) - len(failures)
     shown = failures[:10]
     for f in shown:
         con.print(f"[red]failed:[/] {escape(f['image'])} — {escape(f['error'] or '')}")
-    if summary.failed - (len(summary.failures) - len(failures)) > len(shown):
-        con.print(f"[dim]… {summary.failed - len(shown)} more failure(s): lines with \"status\": \"failed\" in {escape(summary.out)}[/]")
+    more = summary.failed - setup_failed - len(shown)
+    if more > 0:
+        con.print(f"[dim]… {more} more failure(s): lines with \"status\": \"failed\" in {escape(summary.out)}[/]")
     for p in summary.manifest_problems[:10]:
         con.print(f"[red]manifest:[/] {escape(p)}")
     for n in summary.notes:
@@ -327,7 +329,6 @@ def render_summary(summary) -> None:
     if summary.interrupted:
         con.print("[yellow]interrupted:[/] finished items are saved; run the same command with --resume to continue")
     if summary.stopped:
-        failed = len(summary.failures) - len(failures)
         con.print(f"[bold red]stopped:[/] {escape(summary.stopped)}")
-        con.print(f"{failed} item(s) failed for this reason and {summary.not_attempted} were not attempted; once fixed, "
+        con.print(f"{setup_failed} item(s) failed for this reason and {summary.not_attempted} were not attempted; once fixed, "
                   "run the same command with --resume --retry-failed")

@@ -71,16 +71,9 @@ def eval_command(
                   TimeRemainingColumn(), console=console, disable=as_json) as progress:
         task = progress.add_task("assessing", total=None)
 
-        def on_item(item):
-            progress.advance(task)
-
-        from agentic_iqa.bench.manifest import read_manifest
-
-        rows, _ = read_manifest(manifest)
-        rows = [r for r in rows if split == "all" or r.split == split][: limit or None]
-        progress.update(task, total=sum(1 for r in rows for m in modes if m == "nr" or r.reference_path))
-        report, items, problems = ev.evaluate(manifest, assessor, modes=modes, split=split, limit=limit,
-                                              concurrency=concurrency, on_item=on_item)
+        report, items, problems = ev.evaluate(
+            manifest, assessor, modes=modes, split=split, limit=limit, concurrency=concurrency,
+            on_item=lambda item: progress.advance(task), on_start=lambda n: progress.update(task, total=n))
     report["backend"] = assessor.roles.name
     if plot_path:
         ev.plot(items, plot_path)
