@@ -147,6 +147,8 @@ class Assessor:
         image, reference = resolve_example(image), resolve_example(reference)  # "example:chelsea", as in the CLI
         p = self.settings.pipeline
         text, notes = prepare_query(query, p.max_query_chars)
+        if self.settings.config_files:
+            notes.append("configuration read from " + ", ".join(map(str, self.settings.config_files)))
         image_path = Path(image)
         reference_path = Path(reference) if reference is not None else None
         # Validate inputs up front: a clear error before any LM call is spent. Strings go to the loader

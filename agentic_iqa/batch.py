@@ -214,7 +214,7 @@ def config_fingerprint(settings: Settings) -> str:
     Left out: where the cache lives and transport settings (retries, timeouts) — resuming with a
     longer timeout must not redo finished items. Compiled programs and extra tool tables count by
     content, not by path."""
-    data = settings.model_dump(mode="json", exclude={"config_dir": True, "pipeline": {"cache"}})
+    data = settings.model_dump(mode="json", exclude={"config_dir": True, "config_files": True, "pipeline": {"cache"}})
     for role in data["backends"].values():
         role.pop("num_retries", None)
         role.pop("timeout", None)

@@ -195,6 +195,8 @@ def render(result, verbose: bool = False) -> None:
     for f in result.fallbacks:
         con.print(f"[yellow]fallback:[/] {escape(f)}")
     if verbose:
+        if not any(n.startswith("configuration read from") for n in result.notes):
+            con.print("[dim]configuration: package defaults (no config files read)[/]")
         con.print(f"[dim]timings: {escape(json.dumps(result.timings))} · total {result.total_seconds:.2f} s · LM calls {result.lm_calls} · retries {result.retries} · replans {result.replans}[/]")
 
 
