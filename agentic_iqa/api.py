@@ -84,8 +84,11 @@ def prepare_query(query: Optional[str], max_chars: int) -> tuple[str, list[str]]
 class Assessor:
     """Reusable assessment engine for one configuration."""
 
-    def __init__(self, settings: Optional[Settings] = None, *, registry: Any = None, roles: Any = None):
+    def __init__(self, settings: Optional[Settings] = None, *, registry: Any = None, roles: Any = None,
+                 make_lm: Optional[Callable] = None):
+        """`make_lm(role_settings, role_name)` builds each role's LM (default `agentic_iqa.lm.build_lm`)."""
         self.settings = settings or load_settings()
+        self._make_lm = make_lm
         self._registry = registry
         self._roles = roles
         self._graph = None
@@ -112,7 +115,7 @@ class Assessor:
     def roles(self):
         with self._lock:
             if self._roles is None:
-                self._roles = make_roles(self.settings)
+                self._roles = make_roles(self.settings, self._make_lm)
             return self._roles
 
     @property
@@ -123,7 +126,7 @@ class Assessor:
 
                 roles = self._roles if self._roles is not None else None
                 if roles is None:
-                    self._roles = roles = make_roles(self.settings)
+                    self._roles = roles = make_roles(self.settings, self._make_lm)
                 self._graph = build_graph(roles)
             return self._graph
 
@@ -241,7 +244,7 @@ def _resized_reference(ref, size: tuple[int, int]):
     return folder, path
 
 
-def make_roles(settings: Settings):
+def make_roles(settings: Settings, make_lm: Optional[Callable] = None):
     """VLM roles when a model is configured (with the offline analyst as their fallback), else the analyst."""
     from agentic_iqa.offline.analyst import OfflineRoles
 
@@ -252,7 +255,10 @@ def make_roles(settings: Settings):
         raise ConfigError("backend is 'vlm' but no model is configured: pass --lm MODEL or set configs/model_backends.yaml")
     from agentic_iqa.agents.vlm import VLMRoles
 
-    return VLMRoles(settings, offline=OfflineRoles())
+    from agentic_iqa.lm import build_role_lms
+
+    lms = build_role_lms(settings.backends, make=make_lm) if make_lm is not None else None
+    return VLMRoles(settings, offline=OfflineRoles(), lms=lms)
 
 
 _assessors: dict[str, Assessor] = {}

@@ -15,8 +15,6 @@ def build_lm(role: RoleLM, role_name: str = "lm"):
     """A `dspy.LM` for one role, or None when no model is configured for it."""
     if not role.model:
         return None
-    if role.model == DEMO_MODEL_NAME:
-        return shipped_demo_lm()
     import dspy
 
     kwargs: dict = dict(
@@ -46,33 +44,16 @@ def build_lm(role: RoleLM, role_name: str = "lm"):
         raise ConfigError(f"{role_name}: model {role.model!r}: {exc}") from None
 
 
-DEMO_MODEL_NAME = "demo"
-
-
-def shipped_demo_lm():
-    """`--lm demo`: the scripted fixture-echo LM of `optimizers.demo_lm` (NOT a model) over every shipped
-    fixture, so compile → assess --program can be tried offline. Unknown images get uninformed answers."""
-    from optimizers.demo_lm import FixtureEchoEngine, demo_lm
-    from optimizers.fixtures import default_catalog, load_dataset
-    from optimizers.tasks import MODULE_CLASSES
-
-    catalog = default_catalog()
-    examples = []
-    for module in MODULE_CLASSES:
-        data = load_dataset(module, catalog=catalog)
-        examples += data.train + data.val
-    return demo_lm([], engine=FixtureEchoEngine(examples, catalog.modes, catalog.strengths))
-
-
-def build_role_lms(backends: ModelBackends) -> dict:
-    """{role: dspy.LM | None}. Roles sharing identical settings share one LM instance (one client)."""
+def build_role_lms(backends: ModelBackends, make=build_lm) -> dict:
+    """{role: dspy.LM | None}. Roles sharing identical settings share one LM instance (one client).
+    `make(role_settings, role_name)` builds one LM (the CLI passes one that knows `--lm demo`)."""
     built: dict[str, object] = {}
     by_settings: dict[str, object] = {}
     for name in ROLES:
         role = backends.role(name)
         key = role.model_dump_json()
         if key not in by_settings:
-            by_settings[key] = build_lm(role, name)
+            by_settings[key] = make(role, name)
         built[name] = by_settings[key]
     return built
 

@@ -135,7 +135,9 @@ def _run(image, query, reference, lm, api_base, config, offline, mode, programs,
 
     image_path = resolve_example(image)
     reference_path = resolve_example(reference) if reference else None
-    assessor = Assessor(_settings(lm, api_base, config, offline, programs))
+    from agentic_iqa.cli.compile import lm_or_demo
+
+    assessor = Assessor(_settings(lm, api_base, config, offline, programs), make_lm=lm_or_demo)
     kw = dict(mode=mode, use_cache=not no_cache, resize_reference=resize_reference)
     if not show_progress:
         return assessor.assess(image_path, query, reference_path, **kw)
@@ -224,7 +226,9 @@ def _batch(images, manifest, out, query, reference, lm, api_base, config, offlin
             problems = []
         if not items and not problems:
             fail(_escape("no images to assess: " + ("; ".join(notes) or "the input is empty")), EXIT_BAD_INPUT)
-        assessor = Assessor(settings)
+        from agentic_iqa.cli.compile import lm_or_demo
+
+        assessor = Assessor(settings, make_lm=lm_or_demo)
         progress = _Progress(enabled=not quiet)
         with progress:
             summary = run_batch(
