@@ -17,7 +17,7 @@ from typing import Any, Callable, Literal, Optional
 from pydantic import BaseModel
 
 from agentic_iqa.config import ConfigError, Settings, load_settings
-from agentic_iqa.state import ExecutorOutput, PlannerOutput, SummarizerOutput, Trace, TraceEvent
+from agentic_iqa.state import ExecutorOutput, PlannerOutput, SummarizerOutput, TraceEvent
 
 DEFAULT_SCORING_QUERY = "Rate the overall quality of this image."
 _RATING = re.compile(r"\b(rate|rating|score|grade|assess|evaluate|quality|how good|how bad)\b", re.I)
@@ -124,10 +124,7 @@ class Assessor:
             if self._graph is None:
                 from agentic_iqa.graph import build_graph
 
-                roles = self._roles if self._roles is not None else None
-                if roles is None:
-                    self._roles = roles = make_roles(self.settings, self._make_lm)
-                self._graph = build_graph(roles)
+                self._graph = build_graph()
             return self._graph
 
     def assess(
@@ -186,44 +183,32 @@ class Assessor:
         return result
 
     def _assess(self, image_path, reference_path, text, notes, mode, use_cache, on_event, t0) -> AssessmentResult:
-        from agentic_iqa.agents.context import AssessmentContext
+        from agentic_iqa.agents.context import GraphContext
 
         graph = self.graph
-        ctx = AssessmentContext(
-            query=text,
-            image_path=image_path,
-            reference_path=reference_path,
-            registry=self.registry,
-            settings=self.settings,
-            trace=Trace(),
-            scoring=(decide_mode(text) if mode == "auto" else mode) == "score",
-            use_cache=use_cache,
-            emit=on_event or (lambda e: None),
-        )
-        for n in notes:
-            ctx.trace.add("input", "note", n)
-        state = {"query": text, "image_path": str(image_path), "reference_path": str(reference_path) if reference_path else None}
-        final = graph.invoke(state, config={"configurable": {"ctx": ctx}, "recursion_limit": 50})
-        tr = ctx.trace
-        backend = self.roles.name if not ctx.memo.get("lm_unreachable") else f"offline analyst (LM unreachable: {ctx.memo['lm_unreachable']})"
-        return AssessmentResult(
-            query=text,
-            image=str(image_path),
-            reference=str(reference_path) if reference_path else None,
-            mode="score" if ctx.scoring else "answer",
-            backend=backend,
-            result=final["summarizer_result"],
-            plan=final.get("plan"),
-            evidence=final.get("executor_evidence"),
-            replans=final.get("replans", 0),
-            timings={k: round(v, 4) for k, v in tr.timings.items()},
-            total_seconds=round(time.perf_counter() - t0, 4),
-            lm_calls=tr.lm_calls,
-            retries=tr.retries,
-            fallbacks=tr.fallbacks,
-            notes=tr.notes,
-            trace=tr.events,
-        )
+        state = {
+            "query": text,
+            "image_path": str(image_path),
+            "reference_path": str(reference_path) if reference_path else None,
+            "scoring": (decide_mode(text) if mode == "auto" else mode) == "score",
+            "use_cache": use_cache,
+            "backend": self.roles.name,
+            "trace": [TraceEvent(stage="input", kind="note", message=n) for n in notes],
+            "lm_calls": 0,
+            "retries": 0,
+        }
+        deps = GraphContext(registry=self.registry, settings=self.settings, roles=self.roles)
+        config = {"recursion_limit": 50}
+        if on_event is None:
+            final = graph.invoke(state, config=config, context=deps)
+        else:  # progress: the nodes' stream-writer events, then the final state
+            final = state
+            for stream, chunk in graph.stream(state, config=config, context=deps, stream_mode=["custom", "values"]):
+                if stream == "custom":
+                    on_event(chunk)
+                else:
+                    final = chunk
+        return result_from_state(final, total_seconds=time.perf_counter() - t0)
 
     async def assess_async(self, image, query=None, reference=None, **kw) -> AssessmentResult:
         """Concurrent-friendly variant: the assessment runs in a worker thread (LM calls are I/O-bound)."""
@@ -242,6 +227,32 @@ def _resized_reference(ref, size: tuple[int, int]):
     path = Path(folder.name) / "reference_resized.png"
     Image.fromarray(arr, "RGB").resize(size, Image.BICUBIC).save(path, format="PNG")
     return folder, path
+
+
+def result_from_state(final: dict, total_seconds: float = 0.0) -> AssessmentResult:
+    """The result of one assessment, from the graph's final state alone."""
+    from agentic_iqa.state import fallbacks, notes, timings
+
+    events = final.get("trace") or []
+    unreachable = final.get("lm_unreachable")
+    return AssessmentResult(
+        query=final["query"],
+        image=final["image_path"],
+        reference=final.get("reference_path"),
+        mode="score" if final["scoring"] else "answer",
+        backend=final["backend"] if not unreachable else f"offline analyst (LM unreachable: {unreachable})",
+        result=final["summarizer_result"],
+        plan=final.get("plan"),
+        evidence=final.get("executor_evidence"),
+        replans=final.get("replans", 0),
+        timings={k: round(v, 4) for k, v in timings(events).items()},
+        total_seconds=round(total_seconds, 4),
+        lm_calls=final.get("lm_calls", 0),
+        retries=final.get("retries", 0),
+        fallbacks=fallbacks(events),
+        notes=notes(events),
+        trace=events,
+    )
 
 
 def make_roles(settings: Settings, make_lm: Optional[Callable] = None):

@@ -81,3 +81,35 @@ def lm_setup_problem(exc: BaseException, otherwise: str = "run without a model (
         return None
     first = first.split(', or pass api_key=')[0].rstrip(".")  # keys come from the environment only
     return f"the LM cannot be used: {first}. Fix the key or the model (--lm, configs/model_backends.yaml), or {otherwise}"
+
+
+def _unavailable_types() -> tuple[type[BaseException], ...]:
+    """Exception types meaning the LM *service* failed (as opposed to its output): DSPy's typed LM errors
+    for transport failures, timeouts, rate limits and server errors that outlived the LM's own retries,
+    LiteLLM's equivalents when its route is in use, and Python's own connection/timeout errors."""
+    import sys
+
+    from dspy.utils.exceptions import LMRateLimitError, LMServerError, LMTimeoutError, LMTransportError
+
+    types: tuple[type[BaseException], ...] = (
+        LMTransportError, LMTimeoutError, LMRateLimitError, LMServerError, ConnectionError, TimeoutError,
+    )
+    litellm = sys.modules.get("litellm")  # only when something already imported it (importing is slow)
+    if litellm is not None:
+        types += tuple(getattr(litellm, name) for name in (
+            "APIConnectionError", "Timeout", "RateLimitError", "ServiceUnavailableError", "InternalServerError",
+        ) if isinstance(getattr(litellm, name, None), type))
+    return types
+
+
+def lm_unreachable(exc: BaseException) -> bool:
+    """True when `exc` (or what caused it) says the LM service is unreachable or unavailable: the rest of
+    the assessment would only wait through the same retries again, so the offline analyst takes over.
+    Bad output is not this: our ValueErrors quoting the model's reply never count, whatever they say."""
+    types = _unavailable_types()
+    seen = 0
+    while exc is not None and seen < 8:  # the chain is short; bounded against cycles
+        if isinstance(exc, types):
+            return True
+        exc, seen = exc.__cause__, seen + 1
+    return False

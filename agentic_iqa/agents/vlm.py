@@ -53,12 +53,13 @@ class VLMRoles:
     # ── helpers ─────────────────────────────────────────────────────────────────────────────────
 
     def _image(self, ctx: AssessmentContext) -> dspy.Image:
-        if "vlm_image" not in ctx.memo:
+        def make() -> dspy.Image:
             image, note = vlm_image(ctx.image_path, ctx.settings.pipeline.vlm_image_max_side)
-            ctx.memo["vlm_image"] = image
             if note:
                 ctx.trace.add("input", "note", note)
-        return ctx.memo["vlm_image"]
+            return image
+
+        return ctx.once("vlm_image", make)
 
     def _call(self, ctx: AssessmentContext, stage: str, module: str, facts: Optional[Facts] = None,
               part: Optional[str] = None, **inputs) -> Any:
