@@ -722,7 +722,7 @@ def _fsync_dir(folder: Path) -> None:
 
 @dataclass
 class BatchSummary:
-    """What a batch did; `exit_code` follows the CLI's conventions."""
+    """What a batch did; `status` says how it ended (the CLI maps it to an exit code)."""
 
     out: str
     total: int = 0                # items in the input (manifest rows included)
@@ -750,14 +750,14 @@ class BatchSummary:
         return self.failed + self.failed_before + len(self.manifest_problems)
 
     @property
-    def exit_code(self) -> int:
-        from agentic_iqa.cli.common import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_PARTIAL
-
+    def status(self) -> str:
+        """How the batch ended: "interrupted", "stopped" (the LM is set up wrong), "partial" (some items
+        skipped) or "ok". The CLI maps these to its exit codes."""
         if self.interrupted:
-            return EXIT_INTERRUPTED
+            return "interrupted"
         if self.stopped:
-            return EXIT_BAD_INPUT
-        return EXIT_PARTIAL if self.skipped else EXIT_OK
+            return "stopped"
+        return "partial" if self.skipped else "ok"
 
     @property
     def rate(self) -> float:
@@ -771,7 +771,7 @@ class BatchSummary:
             "duplicates": self.duplicates, "manifest_problems": self.manifest_problems, "notes": self.notes,
             "failures": self.failures, "repaired_bytes": self.repaired_bytes, "replaced_lines": self.replaced_lines,
             "interrupted": self.interrupted, "stopped": self.stopped, "not_attempted": self.not_attempted, "seconds": round(self.seconds, 3), "items_per_second": round(self.rate, 4),
-            "mean_score": None if mean is None else round(mean, 4), "config": self.config, "exit_code": self.exit_code,
+            "mean_score": None if mean is None else round(mean, 4), "config": self.config, "status": self.status,
         }
 
 

@@ -243,11 +243,13 @@ def _batch(images, manifest, out, query, reference, lm, api_base, config, offlin
     except Exception as exc:  # noqa: BLE001 - one clear line, never a traceback
         fail(_escape(f"batch failed: {type(exc).__name__}: {exc}"), EXIT_FAILED)
 
+    from agentic_iqa.cli.common import EXIT_OF_STATUS
+
+    code = EXIT_OF_STATUS[summary.status]
     if as_json:
-        typer.echo(json.dumps(summary.as_dict(), indent=2, ensure_ascii=False))
+        typer.echo(json.dumps({**summary.as_dict(), "exit_code": code}, indent=2, ensure_ascii=False))
     else:
         render_summary(summary)
-    code = summary.exit_code
     if summary.interrupted:
         # Assessments still running in worker threads would keep the interpreter alive until their LM
         # calls return (up to the timeout); every finished item is already fsync'd, so leave now.
