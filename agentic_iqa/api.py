@@ -210,6 +210,8 @@ class Assessor:
                     final = chunk
         return result_from_state(final, total_seconds=time.perf_counter() - t0)
 
+    __call__ = assess  # an Assessor is the callable `create_assessor` returns: `assessor("photo.jpg")`
+
     async def assess_async(self, image, query=None, reference=None, **kw) -> AssessmentResult:
         """Concurrent-friendly variant: the assessment runs in a worker thread (LM calls are I/O-bound)."""
         return await asyncio.to_thread(self.assess, image, query, reference, **kw)
@@ -284,6 +286,29 @@ def get_assessor(config: Optional[str | Path] = None, lm: Optional[str] = None, 
         if key not in _assessors:
             _assessors[key] = Assessor(settings)
         return _assessors[key]
+
+
+def create_assessor(
+    lm: Optional[str] = None,
+    *,
+    device: Optional[str] = None,
+    offline: bool = False,
+    api_base: Optional[str] = None,
+    config: Optional[str | Path] = None,
+) -> Assessor:
+    """A reusable assessor, in the shape of pyiqa's `create_metric`: build once, call per image.
+
+    >>> iqa = create_assessor(lm="openai/gpt-4o", device="cpu")   # doctest: +SKIP
+    >>> iqa("photo.jpg").score                                    # doctest: +SKIP
+
+    `lm`: a DSPy model string for all roles (None: the configured LM, else the offline analyst);
+    `device`: where the tools run (auto | cpu | cuda | cuda:1 | mps); `offline`: the offline analyst
+    even when an LM is configured. Settings come from the configuration in its documented order."""
+    settings = load_settings(config, lm=lm, api_base=api_base, backend="offline" if offline else None)
+    if device is not None:
+        tools = settings.pipeline.tools.model_copy(update={"device": device})
+        settings.pipeline = settings.pipeline.model_copy(update={"tools": tools})
+    return Assessor(settings)
 
 
 def assess(

@@ -27,7 +27,7 @@ from agentic_iqa.agents.tool_execution import execute_tools, required_tool_assig
 from agentic_iqa.config import LMSetupError
 from agentic_iqa.lm import lm_setup_problem, lm_unreachable
 from agentic_iqa.state import AgenticIQAState
-from signatures.models import GLOBAL, LEVEL_NAMES, OVERALL, ExecutorOutput, PlannerOutput, SummarizerOutput
+from signatures.models import GLOBAL, OVERALL, ExecutorOutput, PlannerOutput, SummarizerOutput
 
 log = logging.getLogger("agentic_iqa.graph")
 
@@ -218,16 +218,10 @@ def tools_only_summary(ctx: AssessmentContext, evidence: ExecutorOutput) -> Summ
     scores = unique_tool_scores(evidence)
     fused = ScoreFusion(eta=ctx.settings.pipeline.fusion.eta).fuse(scores, prob_mode="uniform")
     basis = f"the mean of {len(scores)} tool score(s), {fused.qbar:.2f}" if scores else "no evidence (neutral 3.0)"
-    return SummarizerOutput(
-        final_answer=f"{fused.level} ({LEVEL_NAMES[fused.level]}), score {fused.score:.2f}/5" if ctx.scoring
-        else "Unable to answer reliably: no summarizer could run.",
-        quality_reasoning=f"Only tool scores were available: the score rests on {basis}.",
-        level=fused.level if ctx.scoring else None,
-        score=fused.score if ctx.scoring else None,
-        probabilities=fused.probabilities() if ctx.scoring else None,
-        prob_mode="uniform" if ctx.scoring else None,
-        prob_source="tools only (summarizer failed)" if ctx.scoring else None,
-    )
+    reasoning = f"Only tool scores were available: the score rests on {basis}."
+    if not ctx.scoring:
+        return SummarizerOutput(final_answer="Unable to answer reliably: no summarizer could run.", quality_reasoning=reasoning)
+    return SummarizerOutput.from_fusion(fused, reasoning, "tools only (summarizer failed)", prob_mode="uniform")
 
 
 def _null(key: str, stage: str):

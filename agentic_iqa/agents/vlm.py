@@ -24,7 +24,6 @@ from agentic_iqa.lm import build_role_lms  # noqa: E402
 from signatures import format_evidence, vlm_image  # noqa: E402
 from signatures.logprobs import read_level_logprobs  # noqa: E402
 from signatures.models import (  # noqa: E402
-    LEVEL_NAMES,
     ExecutorOutput,
     PlannerOutput,
     SummarizerOutput,
@@ -163,16 +162,9 @@ class VLMRoles:
         reason = pred.replan_reason
         if fused.need_replan and plan.plan.tool_execution:
             need_replan, reason = True, reason or "; ".join(fused.warnings) or "score fusion failed"
-        return SummarizerOutput(
-            final_answer=f"{fused.level} ({LEVEL_NAMES[fused.level]}), score {fused.score:.2f}/5",
-            quality_reasoning=pred.quality_reasoning,
-            need_replan=need_replan,
-            replan_reason=reason if need_replan else None,
-            level=fused.level,
-            score=fused.score,
-            probabilities=fused.probabilities(),
-            prob_mode=fused.prob_mode_used,
-            prob_source=f"VLM chose {pred.level}; {fused.prob_note}; tool mean "
+        return SummarizerOutput.from_fusion(
+            fused, pred.quality_reasoning,
+            f"VLM chose {pred.level}; {fused.prob_note}; tool mean "
             + (f"{fused.qbar:.2f} from {len(scores)} score(s)" if fused.qbar is not None else "n/a (no tool scores)"),
+            need_replan=need_replan, replan_reason=reason,
         )
-

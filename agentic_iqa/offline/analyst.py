@@ -111,14 +111,10 @@ class OfflineRoles:
         )
         reasoning = _reasoning(analyses, evidence, fused, expected)
         if ctx.scoring:
-            return SummarizerOutput(
-                final_answer=f"{fused.level} ({LEVEL_NAMES[fused.level]}), score {fused.score:.2f}/5",
-                quality_reasoning=reasoning,
-                level=fused.level,
-                score=fused.score,
-                probabilities=fused.probabilities(),
+            return SummarizerOutput.from_fusion(
+                fused, reasoning,
+                fused.prob_note + (f"; tool mean {fused.qbar:.2f} from {len(scores)} score(s)" if fused.qbar is not None else "; no tool scores"),
                 prob_mode="analyst",
-                prob_source=fused.prob_note + (f"; tool mean {fused.qbar:.2f} from {len(scores)} score(s)" if fused.qbar is not None else "; no tool scores"),
             )
         answer = answer_question(ctx.query, plan, analyses, fused.level)
         return SummarizerOutput(final_answer=answer, quality_reasoning=reasoning)
