@@ -141,6 +141,13 @@ class StructuredJSONAdapter(dspy.JSONAdapter):
     - What depends only on the signature (system message, response format) is built once per
       signature class instead of on every call, and images skip DSPy's text round trip (`format`).
       The messages and formats are DSPy's own: tests compare them with a stock JSONAdapter.
+
+    DSPy internals used, and the upstream reports that make them necessary (drop each override when
+    its report is fixed in the pinned DSPy; tests/test_structured.py compares against stock DSPy):
+    - `_prepare_response_format` (private): nested open mappings are closed into `{}`-only schemas,
+      https://github.com/stanfordnlp/dspy/pull/10009 (open).
+    - `Adapter.format` called directly, with stand-in images: formatting a call with a `dspy.Image`
+      re-parses the image's base64 text, https://github.com/stanfordnlp/dspy/issues/8570 (open).
     """
 
     def format_system_message(self, signature: type[dspy.Signature]) -> str:
