@@ -58,26 +58,37 @@ def build_role_lms(backends: ModelBackends, make=build_lm) -> dict:
     return built
 
 
-# DSPy's names for "the LM is set up wrong" (and LiteLLM's, on its fallback route).
-_SETUP_TYPES = frozenset({"LMConfigurationError", "LMAuthError", "LMBillingError", "LMUnsupportedModelError", "AuthenticationError"})
+def _setup_types() -> tuple[type[BaseException], ...]:
+    """DSPy's types for "the LM is set up wrong" (and LiteLLM's, when its route is in use)."""
+    import sys
+
+    from dspy.utils.exceptions import LMAuthError, LMBillingError, LMConfigurationError, LMUnsupportedModelError
+
+    types: tuple[type[BaseException], ...] = (LMConfigurationError, LMAuthError, LMBillingError, LMUnsupportedModelError)
+    litellm = sys.modules.get("litellm")
+    if litellm is not None and isinstance(getattr(litellm, "AuthenticationError", None), type):
+        types += (litellm.AuthenticationError,)
+    return types
 
 
 def lm_setup_problem(exc: BaseException, otherwise: str = "run without a model (--offline)") -> Optional[str]:
     """A one-line account when `exc` says the LM is configured wrong (no key, key refused, billing,
     unknown model), else None; `otherwise` is the way forward without a model. Such an assessment
     stops with that message instead of degrading."""
-    names = {c.__name__ for c in type(exc).__mro__}
+    from dspy.utils.exceptions import LMInvalidRequestError
+
     first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
     status = getattr(exc, "status", None)
-    if "LMInvalidRequestError" in names and "Provider NOT provided" in first:
+    invalid_request = isinstance(exc, LMInvalidRequestError)
+    if invalid_request and "Provider NOT provided" in first:
         # A model string DSPy/LiteLLM cannot route, e.g. "gpt4o" or "foo/bar".
         first = first.split(" Pass in")[0].rstrip(".") + "; write the model as provider/model (openai/gpt-4o, " \
             "anthropic/..., gemini/..., ollama_chat/..., or openai/NAME with --api-base for an OpenAI-compatible server)"
-    elif "LMInvalidRequestError" in names and status == 404:
+    elif invalid_request and status == 404:
         first += " (HTTP 404: no such endpoint or model; OpenAI-compatible servers usually want --api-base ending in /v1)"
-    elif "LMInvalidRequestError" in names and status == 400 and re.search(r"image", first, re.I):
+    elif invalid_request and status == 400 and re.search(r"image", first, re.I):
         first += " (the model does not take images: agentic-iqa needs a vision-language model)"
-    elif not names & _SETUP_TYPES:
+    elif not isinstance(exc, _setup_types()):
         return None
     first = first.split(', or pass api_key=')[0].rstrip(".")  # keys come from the environment only
     return f"the LM cannot be used: {first}. Fix the key or the model (--lm, configs/model_backends.yaml), or {otherwise}"
