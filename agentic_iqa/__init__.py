@@ -17,7 +17,8 @@ Names are imported lazily so that `import agentic_iqa` (and the CLI's --help) st
 from __future__ import annotations
 
 __version__ = "0.1.0"
-__all__ = ["assess", "assess_async", "assess_many", "create_assessor", "Assessor", "AssessmentResult", "__version__"]
+__all__ = ["assess", "assess_async", "assess_many", "create_assessor", "load_settings", "Settings", "Assessor",
+           "AssessmentResult", "__version__"]
 
 
 def __getattr__(name: str):
@@ -25,6 +26,10 @@ def __getattr__(name: str):
         from agentic_iqa import api
 
         return getattr(api, name)
+    if name in {"load_settings", "Settings"}:
+        from agentic_iqa import config
+
+        return getattr(config, name)
     if name == "assess_many":
         from agentic_iqa import batch
 

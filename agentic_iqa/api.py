@@ -98,17 +98,7 @@ class Assessor:
     @property
     def registry(self):
         if self._registry is None:
-            from iqa_tools import ToolCache, ToolRegistry
-
-            p = self.settings.pipeline
-            cache = ToolCache(p.cache.dir, max_mb=p.cache.max_mb) if p.cache.enabled else False
-            self._registry = ToolRegistry(
-                table_paths=p.tools.extra_tables or None,
-                device=p.tools.device,
-                cache=cache,
-                weights_dir=p.tools.weights_dir,
-                max_pixels=p.max_image_pixels,
-            )
+            self._registry = self.settings.build_registry()
         return self._registry
 
     @property
@@ -144,6 +134,7 @@ class Assessor:
         from iqa_tools.examples import resolve_example
 
         t0 = time.perf_counter()
+        self.registry  # a device that does not exist here is a configuration error before any work
         image, reference = resolve_example(image), resolve_example(reference)  # "example:chelsea", as in the CLI
         p = self.settings.pipeline
         text, notes = prepare_query(query, p.max_query_chars)

@@ -9,11 +9,12 @@ arguments (CLI flags, Python API keywords). API keys are never read from files.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Iterable, Literal, Optional
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 ROLES = ("planner", "executor", "summarizer")
 CONFIG_FILES = ("model_backends.yaml", "pipeline.yaml")
@@ -72,12 +73,24 @@ class CacheSettings(BaseModel):
     max_mb: float = Field(256, gt=0)
 
 
+DEVICE_FORM = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
+
+
 class ToolSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     device: str = "auto"
     extra_tables: list[Path] = []
     weights_dir: Optional[Path] = None
+    offline: Optional[bool] = None  # None: downloads allowed; True: a tool whose files are missing fails at once
+
+    @field_validator("device")
+    @classmethod
+    def _device_form(cls, v: str) -> str:
+        v = v.strip().lower()
+        if not DEVICE_FORM.match(v):
+            raise ValueError(f"unknown device {v!r}; use auto, cpu, cuda, cuda:N or mps")
+        return v
 
 
 class PipelineConfig(BaseModel):
@@ -97,12 +110,53 @@ class PipelineConfig(BaseModel):
 
 
 class Settings(BaseModel):
-    """Everything one assessment needs to know about how to run."""
+    """Everything one assessment needs to know about how to run. Built by `load_settings()`, the only
+    place that reads the environment; `build_registry()` hands the tool settings to iqa_tools."""
 
     backends: ModelBackends = ModelBackends()
     pipeline: PipelineConfig = PipelineConfig()
     config_dir: Optional[Path] = None
     config_files: list[Path] = []  # the YAML files actually read (named by --verbose and the result's notes)
+    sources: dict[str, str] = {}  # setting -> where its value came from, for error messages
+
+    def build_registry(self, *, extra_tables: Iterable[Path] = (), device: Optional[str] = None,
+                       weights_dir: Optional[Path] = None, cache: bool = True):
+        """The tool registry for these settings (CLI flags passed here win). A device that does not
+        exist on this machine is a configuration error naming where it was set."""
+        from iqa_tools import ToolCache, ToolRegistry
+
+        p = self.pipeline
+        dev = device or p.tools.device
+        _check_device(dev, "--device" if device else self.sources.get("tools.device", "tools.device"))
+        use_cache = cache and p.cache.enabled
+        return ToolRegistry(
+            table_paths=[*p.tools.extra_tables, *extra_tables],
+            device=dev,
+            cache=ToolCache(p.cache.dir, max_mb=p.cache.max_mb) if use_cache else False,
+            weights_dir=weights_dir or p.tools.weights_dir,
+            offline=bool(p.tools.offline),
+            max_pixels=p.max_image_pixels,
+        )
+
+
+def _check_device(device: str, source: str) -> None:
+    """cuda / cuda:N / mps must exist here (torch is imported only for those)."""
+    if not DEVICE_FORM.match(device):
+        raise ConfigError(f"{source}: unknown device {device!r}; use auto, cpu, cuda, cuda:N or mps")
+    if device.startswith("cuda"):
+        import torch
+
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        index = int(device.split(":")[1]) if ":" in device else 0
+        if index >= count:
+            have = f"{count} CUDA device(s)" if count else "no CUDA device"
+            raise ConfigError(f"{source}: device {device!r} does not exist here ({have}); use cpu or auto")
+    elif device == "mps":
+        import torch
+
+        mps = getattr(torch.backends, "mps", None)
+        if not (mps is not None and mps.is_available()):
+            raise ConfigError(f"{source}: device 'mps' is not available here; use cpu or auto")
 
 
 CONFIG_ENV = "AGENTIC_IQA_CONFIG"
@@ -150,7 +204,36 @@ def _validate(model: type[BaseModel], data: dict, path: Path):
         raise ConfigError(f"{path}: `{where}`: {first['msg']}") from None
 
 
-def _env_overrides(backends: ModelBackends, pipeline: PipelineConfig) -> None:
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+KEY_NAMES = {"api_key", "key", "openai_api_key", "apikey", "token", "secret"}
+
+# The environment variables read (here only), each with the setting it sets. README's table lists them.
+ENV_VARS = {
+    "AGENTIC_IQA_CONFIG": "the config folder",
+    "AGENTIC_IQA_LM": "backends.<role>.model",
+    "AGENTIC_IQA_API_BASE": "backends.<role>.api_base",
+    "AGENTIC_IQA_BACKEND": "pipeline.backend",
+    "AGENTIC_IQA_DEVICE": "pipeline.tools.device",
+    "AGENTIC_IQA_CACHE_DIR": "pipeline.cache.dir",
+    "AGENTIC_IQA_PROB_MODE": "pipeline.fusion.prob_mode",
+    "AGENTIC_IQA_MAX_PIXELS": "pipeline.max_image_pixels",
+    "AGENTIC_IQA_TOOL_FILES": "pipeline.tools.extra_tables (os.pathsep-separated, added)",
+    "AGENTIC_IQA_WEIGHTS_DIR": "pipeline.tools.weights_dir",
+    "AGENTIC_IQA_OFFLINE": "pipeline.tools.offline (1/0; else HF_HUB_OFFLINE=1 means offline)",
+}
+
+
+def _flag(name: str, value: str) -> bool:
+    v = value.strip().lower()
+    if v in _TRUE:
+        return True
+    if v in _FALSE:
+        return False
+    raise ConfigError(f"{name}={value!r}: expected 1/0 (true/false, yes/no, on/off)")
+
+
+def _env_overrides(backends: ModelBackends, pipeline: PipelineConfig, sources: dict[str, str]) -> None:
     env = os.environ
     if env.get("AGENTIC_IQA_LM"):
         for r in ROLES:
@@ -161,11 +244,44 @@ def _env_overrides(backends: ModelBackends, pipeline: PipelineConfig) -> None:
     if env.get("AGENTIC_IQA_BACKEND"):
         pipeline.backend = env["AGENTIC_IQA_BACKEND"]  # type: ignore[assignment]
     if env.get("AGENTIC_IQA_DEVICE"):
-        pipeline.tools.device = env["AGENTIC_IQA_DEVICE"]
+        pipeline.tools.device = env["AGENTIC_IQA_DEVICE"].strip().lower()
+        sources["tools.device"] = "AGENTIC_IQA_DEVICE"
+        if not DEVICE_FORM.match(pipeline.tools.device):
+            raise ConfigError(f"AGENTIC_IQA_DEVICE={env['AGENTIC_IQA_DEVICE']!r}: unknown device; use auto, cpu, cuda, cuda:N or mps")
     if env.get("AGENTIC_IQA_CACHE_DIR"):
         pipeline.cache.dir = Path(env["AGENTIC_IQA_CACHE_DIR"])
     if env.get("AGENTIC_IQA_PROB_MODE"):
         pipeline.fusion.prob_mode = env["AGENTIC_IQA_PROB_MODE"]  # type: ignore[assignment]
+    if "AGENTIC_IQA_MAX_PIXELS" in env:
+        raw = env["AGENTIC_IQA_MAX_PIXELS"].strip().replace("_", "")
+        if not raw.isdigit() or int(raw) <= 0:
+            raise ConfigError(f"AGENTIC_IQA_MAX_PIXELS={env['AGENTIC_IQA_MAX_PIXELS']!r}: expected a positive whole "
+                              "number of pixels (e.g. 100000000); unset it for the default")
+        pipeline.max_image_pixels = int(raw)
+    if env.get("AGENTIC_IQA_TOOL_FILES"):
+        extra = [Path(p) for p in env["AGENTIC_IQA_TOOL_FILES"].split(os.pathsep) if p.strip()]
+        pipeline.tools.extra_tables = [*pipeline.tools.extra_tables, *extra]
+    if env.get("AGENTIC_IQA_WEIGHTS_DIR"):
+        pipeline.tools.weights_dir = Path(env["AGENTIC_IQA_WEIGHTS_DIR"]).expanduser()
+    if env.get("AGENTIC_IQA_OFFLINE", "").strip():
+        pipeline.tools.offline = _flag("AGENTIC_IQA_OFFLINE", env["AGENTIC_IQA_OFFLINE"])
+    elif pipeline.tools.offline is None and env.get("HF_HUB_OFFLINE", "").strip().lower() in _TRUE:
+        pipeline.tools.offline = True
+
+
+def _refuse_keys(data: dict, path: Path) -> None:
+    """API keys are never read from files: say where the key goes instead of 'extra field'."""
+    for role in ROLES:
+        section = data.get(role)
+        if not isinstance(section, dict):
+            continue
+        for k in section:
+            if str(k).lower() in KEY_NAMES:
+                var = section.get("api_key_env") or "OPENAI_API_KEY"
+                raise ConfigError(
+                    f"{path}: `{role}.{k}`: API keys are not read from config files, they come from the environment; "
+                    f"remove it and set {var} (name another variable with `{role}.api_key_env`)"
+                )
 
 
 def load_settings(
@@ -186,6 +302,7 @@ def load_settings(
             raise ConfigError(f"config directory {cdir} does not exist; pass a folder holding pipeline.yaml / model_backends.yaml")
         if (cdir / "model_backends.yaml").is_file():
             backends_data = _read_yaml(cdir / "model_backends.yaml")
+            _refuse_keys(backends_data, cdir / "model_backends.yaml")
             used.append(cdir / "model_backends.yaml")
         if (cdir / "pipeline.yaml").is_file():
             pipeline_data = _read_yaml(cdir / "pipeline.yaml")
@@ -196,7 +313,10 @@ def load_settings(
     if cdir is not None:
         pipeline.programs = {k: (v if v.is_absolute() else cdir / v) for k, v in pipeline.programs.items()}
         pipeline.tools.extra_tables = [p if p.is_absolute() else cdir / p for p in pipeline.tools.extra_tables]
-    _env_overrides(backends, pipeline)
+    sources: dict[str, str] = {}
+    if pipeline_data.get("tools", {}).get("device") if isinstance(pipeline_data.get("tools"), dict) else None:
+        sources["tools.device"] = f"{cdir / 'pipeline.yaml'}: tools.device"
+    _env_overrides(backends, pipeline, sources)
     for r in ROLES:
         if lm:
             backends.role(r).model = lm
@@ -210,4 +330,6 @@ def load_settings(
     except ValidationError as exc:
         first = exc.errors()[0]
         raise ConfigError(f"setting `{'.'.join(map(str, first['loc']))}`: {first['msg']}") from None
-    return Settings(backends=backends, pipeline=pipeline, config_dir=cdir, config_files=used)
+    if "tools" in pipeline_overrides:
+        sources["tools.device"] = "tools.device (argument)"
+    return Settings(backends=backends, pipeline=pipeline, config_dir=cdir, config_files=used, sources=sources)

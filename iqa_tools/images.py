@@ -34,8 +34,8 @@ DEFAULT_MAX_PIXELS = 100_000_000  # decompression-bomb guard; configs/pipeline.y
 
 
 def max_pixels_default() -> int:
-    env = os.environ.get("AGENTIC_IQA_MAX_PIXELS")
-    return int(env) if env and env.isdigit() else DEFAULT_MAX_PIXELS
+    """The guard when no `max_pixels` is passed (agentic_iqa passes pipeline.max_image_pixels)."""
+    return DEFAULT_MAX_PIXELS
 
 
 @dataclass(frozen=True)

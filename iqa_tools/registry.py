@@ -13,7 +13,6 @@ import contextlib
 import difflib
 import logging
 import math
-import os
 import re
 import sys
 import threading
@@ -89,10 +88,6 @@ def _alias_key(name: str) -> str:
     return re.sub(r"[\s_\-+.]", "", name).lower()
 
 
-def _env_paths(var: str) -> list[Path]:
-    return [Path(p) for p in os.environ.get(var, "").split(os.pathsep) if p.strip()]
-
-
 def _resolve_device(requested: str) -> str:
     import torch
 
@@ -129,22 +124,19 @@ class ToolRegistry:
         batch_size: int = 8,
     ):
         """
-        table_paths: user tool files merged over the bundled table (default: $AGENTIC_IQA_TOOL_FILES,
-            os.pathsep-separated). device: "auto"/None → CUDA, then MPS, then CPU ($AGENTIC_IQA_DEVICE),
-            or "cpu", "cuda:0", … cache: None → persistent cache in the user cache dir
-            ($AGENTIC_IQA_CACHE_DIR), False → none, or a ToolCache. weights_dir: extra folder holding
-            tools' main pyiqa checkpoints ($AGENTIC_IQA_WEIGHTS_DIR). offline: None → from the
-            environment (AGENTIC_IQA_OFFLINE=1/0, else HF_HUB_OFFLINE=1); when offline, a tool whose
-            files are missing fails at once instead of downloading.
+        Values come as arguments only (agentic_iqa's `Settings.build_registry()` reads the
+        configuration and environment). table_paths: user tool files merged over the bundled table.
+        device: "auto"/None → CUDA, then MPS, then CPU, or "cpu", "cuda:0", … cache: None → persistent
+        cache in the user cache dir, False → none, or a ToolCache. weights_dir: extra folder holding
+        tools' main pyiqa checkpoints. offline: when true, a tool whose files are missing fails at
+        once instead of downloading (None: downloads allowed).
         """
-        paths = list(table_paths) if table_paths is not None else _env_paths("AGENTIC_IQA_TOOL_FILES")
-        self.table: ToolTable = load_table(paths)
-        self.requested_device = device or os.environ.get("AGENTIC_IQA_DEVICE") or "auto"
+        self.table: ToolTable = load_table(list(table_paths or []))
+        self.requested_device = device or "auto"
         self._device: Optional[str] = None
         self.cache: Optional[ToolCache] = ToolCache() if cache is None else (cache or None)
-        wd = weights_dir or os.environ.get("AGENTIC_IQA_WEIGHTS_DIR")
-        self.weights_dir: Optional[Path] = Path(wd).expanduser() if wd else None
-        self.offline = weights.offline_from_env() if offline is None else bool(offline)
+        self.weights_dir: Optional[Path] = Path(weights_dir).expanduser() if weights_dir else None
+        self.offline = bool(offline)
         self.max_pixels = max_pixels or max_pixels_default()
         self.batch_size = max(1, batch_size)
 
@@ -541,10 +533,7 @@ def default_registry(
         str(weights_dir) if weights_dir else None,
         offline,
         tuple(sorted(kw.items())),
-        # Environment defaults are part of the settings: a test that changes them gets a fresh registry.
-        tuple(os.environ.get(v) for v in ("AGENTIC_IQA_TOOL_FILES", "AGENTIC_IQA_DEVICE", "AGENTIC_IQA_CACHE_DIR",
-                                          "AGENTIC_IQA_WEIGHTS_DIR", "AGENTIC_IQA_OFFLINE", "HF_HUB_OFFLINE")),
-    )  # fmt: skip
+    )
     with _shared_lock:
         reg = _shared.get(key)
         if reg is None:

@@ -20,18 +20,6 @@ from urllib.parse import urlparse
 from iqa_tools.paths import hf_hub_cache, torch_hub_dir
 from iqa_tools.table import ToolSpec
 
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
-
-
-def offline_from_env() -> bool:
-    """AGENTIC_IQA_OFFLINE (1/0) wins; else HF_HUB_OFFLINE=1 means offline; else downloads are allowed."""
-    ours = os.environ.get("AGENTIC_IQA_OFFLINE", "").strip().lower()
-    if ours in _TRUE:
-        return True
-    if ours in _FALSE:
-        return False
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in _TRUE
 
 
 @dataclass

@@ -62,3 +62,60 @@ def test_roles_with_the_same_settings_share_one_lm_and_keys_come_from_env(tmp_pa
     monkeypatch.delenv("MY_VLM_KEY", raising=False)
     with pytest.raises(ConfigError, match="MY_VLM_KEY"):
         build_role_lms(s.backends)
+
+
+# ── the environment is read in one place; bad values are configuration errors (exit 2) ──────────
+
+
+def _cli_assess(*args):
+    from typer.testing import CliRunner
+
+    from agentic_iqa.cli import app
+
+    r = CliRunner().invoke(app, ["assess", *args, "--offline", "--no-cache"])
+    assert "Traceback" not in r.output
+    return r
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-5", "1.5"])
+def test_bad_max_pixels_in_environment_is_a_configuration_error(tmp_path, monkeypatch, value):
+    monkeypatch.setenv("AGENTIC_IQA_MAX_PIXELS", value)
+    with pytest.raises(ConfigError, match="AGENTIC_IQA_MAX_PIXELS"):
+        load_settings(tmp_path)
+    r = _cli_assess("example:chelsea")
+    assert r.exit_code == 2 and "AGENTIC_IQA_MAX_PIXELS" in " ".join(r.stderr.split())
+
+
+def test_max_pixels_from_environment_takes_effect_on_assess(tmp_path, monkeypatch):
+    monkeypatch.setenv("AGENTIC_IQA_MAX_PIXELS", "1000")  # chelsea is 451×300 = 135 300 pixels
+    assert load_settings(tmp_path).pipeline.max_image_pixels == 1000
+    assert load_settings(tmp_path).build_registry(cache=False).max_pixels == 1000
+    r = _cli_assess("example:chelsea")
+    assert r.exit_code == 2 and "pixels" in r.stderr
+
+
+@pytest.mark.parametrize("value,needle", [("garbage", "unknown device"), ("cuda:99", "does not exist here")])
+def test_bad_device_in_environment_is_a_configuration_error(tmp_path, monkeypatch, value, needle):
+    monkeypatch.setenv("AGENTIC_IQA_DEVICE", value)
+    with pytest.raises(ConfigError, match="AGENTIC_IQA_DEVICE") as err:
+        load_settings(tmp_path).build_registry(cache=False)
+    assert needle in str(err.value)
+    r = _cli_assess("example:chelsea")
+    assert r.exit_code == 2 and "AGENTIC_IQA_DEVICE" in " ".join(r.stderr.split())
+
+
+def test_api_key_in_config_file_is_refused_naming_the_variable(tmp_path):
+    (tmp_path / "model_backends.yaml").write_text("planner: {model: openai/x, api_key: sk-secret, api_key_env: MY_KEY}\n")
+    with pytest.raises(ConfigError) as err:
+        load_settings(tmp_path)
+    msg = str(err.value)
+    assert "environment" in msg and "MY_KEY" in msg and "sk-secret" not in msg
+
+
+def test_settings_are_importable_from_the_package_and_feed_the_registry(tmp_path, monkeypatch):
+    import agentic_iqa
+
+    monkeypatch.setenv("AGENTIC_IQA_WEIGHTS_DIR", str(tmp_path))
+    s = agentic_iqa.load_settings(tmp_path)
+    assert isinstance(s, agentic_iqa.Settings) and s.pipeline.tools.weights_dir == tmp_path
+    assert s.build_registry(cache=False).weights_dir == tmp_path

@@ -172,14 +172,23 @@ def test_online_without_network_fails_fast_too(images, monkeypatch):
 
 
 def test_offline_setting_from_environment(monkeypatch):
+    from agentic_iqa.config import load_settings
+
+    def offline():
+        return load_settings().build_registry(cache=False).offline
+
     monkeypatch.setenv("AGENTIC_IQA_OFFLINE", "0")
-    assert ToolRegistry(cache=False).offline is False
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert offline() is False
     monkeypatch.setenv("AGENTIC_IQA_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
-    assert ToolRegistry(cache=False).offline is True
+    assert offline() is True
     monkeypatch.delenv("AGENTIC_IQA_OFFLINE")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    assert ToolRegistry(cache=False).offline is True
+    assert offline() is True
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    assert offline() is False
+    assert ToolRegistry(cache=False).offline is False  # iqa_tools itself reads no environment
 
 
 def test_weights_dir_checkpoint_is_passed_to_pyiqa(images, tmp_path):

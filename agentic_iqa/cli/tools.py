@@ -38,18 +38,8 @@ WEIGHTS_DIR = typer.Option(None, "--weights-dir", help="Extra folder holding too
 def _registry(tools_files: Optional[List[Path]], weights_dir: Optional[Path], device: Optional[str] = None, cache: bool = True) -> "ToolRegistry":
     """A registry configured like the pipeline (configs/pipeline.yaml + env), with CLI overrides."""
     from agentic_iqa.config import load_settings
-    from iqa_tools import ToolCache, ToolRegistry
 
-    settings = load_settings().pipeline
-    tables = [*settings.tools.extra_tables, *(tools_files or [])]
-    use_cache = cache and settings.cache.enabled
-    return ToolRegistry(
-        table_paths=tables,
-        device=device or settings.tools.device,
-        cache=ToolCache(settings.cache.dir, max_mb=settings.cache.max_mb) if use_cache else False,
-        weights_dir=weights_dir or settings.tools.weights_dir,
-        max_pixels=settings.max_image_pixels,
-    )
+    return load_settings().build_registry(extra_tables=tools_files or [], device=device, weights_dir=weights_dir, cache=cache)
 
 
 def _fail_for(exc: BaseException) -> None:
