@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal, Optional
 
 from pydantic import (
     BaseModel,
+    AfterValidator,
     BeforeValidator,
     ConfigDict,
     Field,
@@ -59,6 +60,9 @@ __all__ = [
     "DistortionAnalysis",
     "DistortionSet",
     "DistortionAnalysisMap",
+    "DistortionMap",
+    "AnalysisMap",
+    "ToolMap",
     "ToolAssignment",
     "ExecutorOutput",
     "SummarizerOutput",
@@ -269,6 +273,29 @@ def _update(a: Any, b: Any) -> Any:
     return b
 
 
+# ── map types: object name -> ...; keys normalized (and merged when they collapse together) ─────
+
+
+def _distortion_map(value: Any) -> Any:
+    merged = _merge_keys(_listify(value), _concat)
+    if isinstance(merged, dict):
+        # A bare string for one object's list, and duplicates after synonym mapping, are tolerated.
+        return {k: _categories(v) if isinstance(v, (str, list)) else v for k, v in merged.items()}
+    return merged
+
+
+def _tool_map(value: dict[str, dict[str, str]], info: ValidationInfo) -> dict[str, dict[str, str]]:
+    return _check_tool_map(value, _known_tools(info))
+
+
+#: Distortion types per object ({"sky": "blur"} -> {"sky": ["Blurs"]}).
+DistortionMap = Annotated[dict[str, list[DistortionCategory]], BeforeValidator(_distortion_map)]
+#: Analyses per object.
+AnalysisMap = Annotated[dict[str, list["DistortionAnalysis"]], BeforeValidator(lambda v: _merge_keys(v, _concat))]
+#: The tool chosen per object and distortion type (names checked with a `known_tools` context).
+ToolMap = Annotated[dict[str, dict[str, str]], BeforeValidator(lambda v: _merge_keys(v, _update)), AfterValidator(_tool_map)]
+
+
 def _categories(values: Any, *, allow_overall: bool = False) -> list[str]:
     if isinstance(values, str):
         values = [values]  # a bare string where a list belongs (seen in the paper's figures)
@@ -280,12 +307,6 @@ def _categories(values: Any, *, allow_overall: bool = False) -> list[str]:
         if c not in out:  # "blur" and "Blurs" in one list are one distortion
             out.append(c)
     return out
-
-
-def _check_distortion_map(value: Optional[dict[str, Any]]) -> Optional[dict[str, list[str]]]:
-    if value is None:
-        return None
-    return {obj: _categories(types) for obj, types in value.items()}
 
 
 # ── Planner ─────────────────────────────────────────────────────────────────────────────────────
@@ -372,7 +393,7 @@ class PlannerDecision(BaseModel):
     query_type: Literal["IQA", "Other"]
     query_scope: list[str] = Field(min_length=1)
     distortion_source: Literal["Explicit", "Inferred"]
-    distortions: Optional[dict[str, list[DistortionCategory]]] = None
+    distortions: Optional[DistortionMap] = None
     required_tool: Optional[list[str]] = None
     plan: PlanControlFlags
 
@@ -410,14 +431,7 @@ class PlannerDecision(BaseModel):
     @field_validator("distortions", mode="before")
     @classmethod
     def _distortions(cls, v: Any) -> Any:
-        if v is None or v == {} or v == []:
-            return None
-        return _merge_keys(_listify(v), _concat)
-
-    @field_validator("distortions")
-    @classmethod
-    def _distortion_types(cls, v: Optional[dict[str, list[str]]]) -> Optional[dict[str, list[str]]]:
-        return _check_distortion_map(v)
+        return None if v is None or v == {} or v == [] else v
 
     @field_validator("required_tool", mode="before")
     @classmethod
@@ -502,48 +516,24 @@ class DistortionAnalysis(BaseModel):
         return v
 
 
-class DistortionSet(RootModel[dict[str, list[DistortionCategory]]]):
+class DistortionSet(RootModel[DistortionMap]):
     """Distortion types to examine, per object ("Global" = the whole image)."""
 
     # The detection subtask's output (spec 000). Wrapped in a RootModel so normalization runs when
     # DSPy parses the reply; `.root` is the plain dict.
 
-    @model_validator(mode="before")
-    @classmethod
-    def _keys(cls, data: Any) -> Any:
-        merged = _merge_keys(data, _concat)
-        if isinstance(merged, dict):
-            # A bare string for one object's list, and duplicates after synonym mapping, are tolerated.
-            return {k: _categories(v) if isinstance(v, (str, list)) else v for k, v in merged.items()}
-        return merged
 
-
-class DistortionAnalysisMap(RootModel[dict[str, list[DistortionAnalysis]]]):
+class DistortionAnalysisMap(RootModel[AnalysisMap]):
     """Analysis of each listed distortion type, per object ("Global" = the whole image)."""
 
     # The analysis subtask's output (spec 000); `.root` is the plain dict.
 
-    @model_validator(mode="before")
-    @classmethod
-    def _keys(cls, data: Any) -> Any:
-        return _merge_keys(data, _concat)
 
-
-class ToolAssignment(RootModel[dict[str, dict[str, str]]]):
+class ToolAssignment(RootModel[ToolMap]):
     """The IQA tool chosen for each distortion type, per object ("Global" = the whole image)."""
 
     # The selection subtask's output (spec 000); `.root` is the plain dict. Tool names are checked
     # against the registry only with a `known_tools` validation context.
-
-    @model_validator(mode="before")
-    @classmethod
-    def _keys(cls, data: Any) -> Any:
-        return _merge_keys(data, _update)
-
-    @model_validator(mode="after")
-    def _values(self, info: ValidationInfo) -> "ToolAssignment":
-        self.root = _check_tool_map(self.root, _known_tools(info))
-        return self
 
 
 def _check_tool_map(value: dict[str, dict[str, str]], known: Optional[list[str]]) -> dict[str, dict[str, str]]:
@@ -584,36 +574,11 @@ class ExecutorOutput(BaseModel):
     # NaN in failed tool logs round-trips as "NaN" (the log's own setting; repeated for the container).
     model_config = ConfigDict(extra="forbid", ser_json_inf_nan="strings")
 
-    distortion_set: Optional[dict[str, list[str]]] = None
-    distortion_analysis: Optional[dict[str, list[DistortionAnalysis]]] = None
-    selected_tools: Optional[dict[str, dict[str, str]]] = None
+    distortion_set: Optional[DistortionMap] = None
+    distortion_analysis: Optional[AnalysisMap] = None
+    selected_tools: Optional[ToolMap] = None
     quality_scores: Optional[dict[str, dict[str, tuple[str, float]]]] = None
     tool_logs: list[ToolExecutionLog] = Field(default_factory=list)
-
-    @field_validator("distortion_set", mode="before")
-    @classmethod
-    def _set_keys(cls, v: Any) -> Any:
-        return _merge_keys(_listify(v), _concat) if v is not None else None
-
-    @field_validator("distortion_set")
-    @classmethod
-    def _set_types(cls, v: Optional[dict[str, list[str]]]) -> Optional[dict[str, list[str]]]:
-        return _check_distortion_map(v)
-
-    @field_validator("distortion_analysis", mode="before")
-    @classmethod
-    def _analysis_keys(cls, v: Any) -> Any:
-        return _merge_keys(v, _concat) if v is not None else None
-
-    @field_validator("selected_tools", mode="before")
-    @classmethod
-    def _tool_keys(cls, v: Any) -> Any:
-        return _merge_keys(v, _update) if v is not None else None
-
-    @field_validator("selected_tools")
-    @classmethod
-    def _tools(cls, v: Optional[dict[str, dict[str, str]]], info: ValidationInfo) -> Any:
-        return None if v is None else _check_tool_map(v, _known_tools(info))
 
     @field_validator("quality_scores", mode="before")
     @classmethod
