@@ -30,6 +30,8 @@ from typing import Literal, Optional, Union
 import numpy as np
 from pydantic import BaseModel, Field
 
+from signatures.vocabulary import LEVEL_SCORES, SCORE_LEVELS
+
 __all__ = [
     "LEVELS",
     "LETTER_TO_LEVEL",
@@ -45,8 +47,8 @@ __all__ = [
 logger = logging.getLogger("agentic_iqa.fusion")
 
 LEVELS = np.array([1.0, 2.0, 3.0, 4.0, 5.0])
-LETTER_TO_LEVEL: dict[str, int] = {"A": 5, "B": 4, "C": 3, "D": 2, "E": 1}
-LEVEL_TO_LETTER: dict[int, str] = {v: k for k, v in LETTER_TO_LEVEL.items()}
+LETTER_TO_LEVEL = LEVEL_SCORES  # signatures.vocabulary: A = 5 … E = 1
+LEVEL_TO_LETTER = SCORE_LEVELS
 PROB_MODES = ("logits", "classification", "uniform", "analyst")
 ProbMode = Literal["logits", "classification", "uniform", "analyst"]
 

@@ -28,6 +28,8 @@ from typing import Any, Iterable, Optional
 
 import dspy
 
+from signatures.vocabulary import SEVERITIES
+
 DEMO_MODEL = "demo/fixture-echo"
 DEMO_REWARDED_PHRASE = "Before answering, check every field against the rules and the worked examples above."
 BASE_P, PER_DEMO_P, MAX_DEMOS_COUNTED, PHRASE_P, MAX_P = 0.45, 0.10, 4, 0.10, 0.95
@@ -50,7 +52,7 @@ _CONFUSED = {
     "Blurs": "Sharpness", "Sharpness": "Blurs", "Noise": "Compression", "Compression": "Noise",
     "Brightness change": "Contrast", "Contrast": "Brightness change", "Color distortions": "Contrast",
 }
-_SEVERITIES = ("none", "slight", "moderate", "severe", "extreme")
+_SEVERITIES = SEVERITIES
 
 
 def _canon(value: Any) -> str:

@@ -25,6 +25,7 @@ _EXPORTS = {
     "signatures.summarizer": ["ExplainSignature", "ScoreSignature", "format_evidence"],
     "signatures.image": ["vlm_image"],
     "signatures.logprobs": ["LevelReading", "level_logprobs", "read_level_logprobs", "token_logprobs"],
+    "signatures.vocabulary": ["SEVERITY_RANK", "SCORE_LEVELS", "normalize_level", "normalize_severity"],
     "signatures.models": [
         "DISTORTION_CATEGORIES", "SEVERITIES", "QUALITY_LEVELS", "LEVEL_NAMES", "LEVEL_SCORES",
         "PlanControlFlags", "PlannerDecision", "PlannerOutput", "DistortionAnalysis", "DistortionSet",

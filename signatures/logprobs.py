@@ -17,9 +17,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from signatures.vocabulary import QUALITY_LEVELS
+
 __all__ = ["LEVEL_LETTERS", "MISSING_LOGPROB", "LevelReading", "token_logprobs", "read_level_logprobs", "level_logprobs"]
 
-LEVEL_LETTERS: tuple[str, ...] = ("A", "B", "C", "D", "E")
+LEVEL_LETTERS = QUALITY_LEVELS
 #: Log-probability given to a letter absent from the provider's top alternatives: exp(-100) ≈ 4e-44,
 #: i.e. "below anything the provider ranked", finite so softmaxes stay well defined.
 MISSING_LOGPROB = -100.0

@@ -9,7 +9,7 @@ Tool names are checked against the registry without importing it: pass the known
 validation context, ``Model.model_validate(data, context={"known_tools": names})``. Without that
 context tool names are only stripped (the models cannot know which tools exist).
 
-Layering: this module depends on pydantic and ``iqa_tools.records`` only.
+Layering: this module depends on pydantic, ``iqa_tools.records`` and ``signatures.vocabulary`` only.
 """
 from __future__ import annotations
 
@@ -30,8 +30,19 @@ from pydantic import (
     model_validator,
 )
 
-from iqa_tools.categories import DISTORTION_CATEGORIES, CategoryName
 from iqa_tools.records import ToolExecutionLog
+from signatures.vocabulary import (
+    DISTORTION_CATEGORIES,
+    LEVEL_NAMES,
+    LEVEL_SCORES,
+    QUALITY_LEVELS,
+    SCORE_LEVELS,
+    SEVERITIES,
+    CategoryName,
+    fold,
+    normalize_level,
+    normalize_severity,
+)
 
 __all__ = [
     "DISTORTION_CATEGORIES",
@@ -72,13 +83,6 @@ __all__ = [
 
 # ── vocabularies ────────────────────────────────────────────────────────────────────────────────
 
-#: Severity levels of distortion analysis, mildest first (spec 001).
-SEVERITIES: tuple[str, ...] = ("none", "slight", "moderate", "severe", "extreme")
-#: Scoring levels, best first; A = 5 … E = 1 (DESIGN §5).
-QUALITY_LEVELS: tuple[str, ...] = ("A", "B", "C", "D", "E")
-LEVEL_NAMES: dict[str, str] = {"A": "Excellent", "B": "Good", "C": "Fair", "D": "Poor", "E": "Bad"}
-LEVEL_SCORES: dict[str, int] = {"A": 5, "B": 4, "C": 3, "D": 2, "E": 1}
-SCORE_LEVELS: dict[int, str] = {v: k for k, v in LEVEL_SCORES.items()}
 #: Object name for "the whole image".
 GLOBAL = "Global"
 #: Distortion key for a tool that rates the image as a whole (no detected distortion to attach the
@@ -88,9 +92,7 @@ OVERALL = "Overall"
 PROB_MODES: tuple[str, ...] = ("logits", "classification", "uniform", "analyst")
 
 
-def _key(text: str) -> str:
-    """Lower-case, punctuation and spacing folded: 'Over-Exposure ' -> 'over exposure'."""
-    return " ".join(re.sub(r"[\s_\-/]+", " ", text).strip().lower().split())
+_key = fold
 
 
 # Synonyms real VLMs (and the paper's tool descriptions) use for the seven categories. Keys are in
@@ -133,8 +135,6 @@ for _canonical, _names in {
 for _canonical in DISTORTION_CATEGORIES:
     _CATEGORY_SYNONYMS[_key(_canonical)] = _canonical
 
-_SEVERITY_SYNONYMS = {s: s for s in SEVERITIES} | {"mild": "slight", "heavy": "severe"}
-
 _GLOBAL_NAMES = {"global", "whole image", "entire image", "the whole image", "the entire image", "full image"}
 
 _REFERENCE_SYNONYMS = {
@@ -160,13 +160,6 @@ def normalize_category(value: Any, *, allow_overall: bool = False) -> str:
     raise ValueError(f"unknown distortion type {value!r}; use one of {valid}")
 
 
-def normalize_severity(value: Any) -> Any:
-    """'Mild' -> 'slight', 'HEAVY' -> 'severe', ' none ' -> 'none'; other values pass to the Literal check."""
-    if isinstance(value, str):
-        return _SEVERITY_SYNONYMS.get(_key(value), value)
-    return value
-
-
 def normalize_object_name(value: Any) -> str:
     """An object/region name; empty or whole-image spellings become 'Global' (spec 000 fallback)."""
     if value is None:
@@ -183,23 +176,6 @@ def normalize_reference_mode(value: Any) -> Any:
     """'No-reference', 'NR', 'full reference' ... -> 'No-Reference' / 'Full-Reference'."""
     if isinstance(value, str):
         return _REFERENCE_SYNONYMS.get(_key(value), value)
-    return value
-
-
-def normalize_level(value: Any) -> Any:
-    """'b', 'B.', 'B. Good', 'Good' -> 'B'; numbers 1..5 -> the letter (A = 5). Others pass through."""
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and float(value).is_integer():
-        return SCORE_LEVELS.get(int(value), value)
-    if isinstance(value, str):
-        text = value.strip().strip("\"'").strip()
-        m = re.fullmatch(r"([A-Ea-e])(?:[.):]\s*\w*)?", text)
-        if m:
-            return m.group(1).upper()
-        by_name = {name.lower(): letter for letter, name in LEVEL_NAMES.items()}
-        if text.lower() in by_name:
-            return by_name[text.lower()]
     return value
 
 

@@ -17,8 +17,9 @@ from typing import Callable, Literal, Optional
 
 from agentic_iqa.bench import metrics
 from agentic_iqa.bench.manifest import ManifestRow, read_manifest
+from signatures.vocabulary import SEVERITY_RANK
 
-SEVERITY_ORDER = {"none": 0, "slight": 1, "moderate": 2, "severe": 3, "extreme": 4}
+SEVERITY_ORDER = SEVERITY_RANK
 Mode = Literal["nr", "fr"]
 
 

@@ -27,11 +27,10 @@ from typing import Callable, Iterable, NamedTuple, Optional, Sequence
 import numpy as np
 from scipy import optimize
 
-from iqa_tools.categories import DISTORTION_CATEGORIES
+from signatures.vocabulary import DISTORTION_CATEGORIES, SEVERITIES
 
 from . import stats as st
 
-SEVERITIES = ("none", "slight", "moderate", "severe", "extreme")
 # Lower edges (in estimated level) of slight, moderate, severe, extreme. Benchmark levels 1-2 are
 # slight, 3 moderate, 4 severe, 5 extreme.
 SEVERITY_EDGES = (0.5, 2.5, 3.5, 4.5)
