@@ -23,13 +23,12 @@ after compiling is measured on examples no optimizer has seen.
 """
 from __future__ import annotations
 
-import contextvars
 import io
 import contextlib
+import logging
 import threading
 import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Protocol
@@ -155,33 +154,54 @@ def evaluate(
     progress: ProgressSink = _NoProgress(),
     phase: str = "evaluate",
 ) -> Evaluation:
-    """Run each example through its part and grade it. The LM comes from the caller's dspy.context."""
+    """Run each example through its part and grade it, on `dspy.Evaluate` (its thread pool carries the
+    caller's dspy.context — LM and callbacks — into the workers). The first error stops the run and
+    is raised, as a failed evaluation must not pass for a low score."""
     progress.phase(phase, len(examples))
     scores: dict[str, float] = {}
     feedback: dict[str, str] = {}
-    failures = 0
+    failed: set[str] = set()
     lock = threading.Lock()
 
-    def one(example) -> None:
-        nonlocal failures
-        pred = parts[example.part](**example.inputs())
+    def metric(example, pred, trace=None) -> float:
         result: Grade = grade(example, pred, tool_modes)
         with lock:
             scores[example.fixture_id] = result.score
             feedback[example.fixture_id] = result.feedback
-            failures += bool(getattr(pred, "failed", False))
+            if getattr(pred, "failed", False):
+                failed.add(example.fixture_id)
         progress.advance(phase)
+        return result.score
 
-    if threads <= 1:
-        for example in examples:
-            one(example)
-    else:
-        # Each worker runs in a copy of this context, so dspy.context(lm=..., callbacks=...) applies there too.
-        with ThreadPoolExecutor(threads) as pool:
-            futures = [pool.submit(contextvars.copy_context().run, one, ex) for ex in examples]
-            for f in futures:
-                f.result()
-    return Evaluation(scores, feedback, failures)
+    errors: list[BaseException] = []
+
+    def recording(program):  # Evaluate replaces an error by a generic one: keep the first for the caller
+        def call(**inputs):
+            try:
+                return program(**inputs)
+            except Exception as exc:
+                with lock:
+                    errors.append(exc)
+                raise
+        return call
+
+    by_part: dict[str, list] = {}
+    for example in examples:
+        by_part.setdefault(example.part, []).append(example)
+    quiet = logging.getLogger("dspy.utils.parallelizer")  # the error is raised below, not logged twice
+    level, quiet.level = quiet.level, logging.CRITICAL
+    try:
+        for part, devset in by_part.items():
+            dspy.Evaluate(devset=devset, metric=metric, num_threads=max(1, threads), max_errors=1,
+                          display_progress=False, provide_traceback=False)(recording(parts[part]))
+    except Exception:
+        if errors:
+            raise errors[0] from None
+        raise
+    finally:
+        quiet.setLevel(level)
+    ordered = {ex.fixture_id: scores[ex.fixture_id] for ex in examples}
+    return Evaluation(ordered, {k: feedback[k] for k in ordered}, len(failed))
 
 
 @dataclass

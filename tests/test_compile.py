@@ -313,3 +313,19 @@ def test_programs_listed_in_pipeline_yaml_are_loaded_by_the_python_api(tmp_path,
     (tmp_path / "pipeline.yaml").write_text("programs:\n  planner: detect.json\n")
     with pytest.raises(ProgramError, match="not 'planner'"):
         VLMRoles(load_settings(tmp_path, lm="openai/fake-vlm", api_base="http://127.0.0.1:9/v1"))
+
+
+def test_evaluate_runs_threads_in_the_callers_context_and_raises_the_first_error(planner_data, catalog):
+    engine = FixtureEchoEngine(planner_data.train + planner_data.val, catalog.modes, catalog.strengths)
+    parts = part_programs("planner", catalog)
+    with dspy.context(lm=demo_lm([], engine=engine)):
+        one = evaluate(parts, planner_data.val, tool_modes=catalog.modes).scores
+        four = evaluate(parts, planner_data.val, tool_modes=catalog.modes, threads=4).scores
+    assert one == four and list(four) == [ex.fixture_id for ex in planner_data.val]
+
+    class Broken(dspy.Module):
+        def forward(self, **_):
+            raise KeyError("the part broke")
+
+    with dspy.context(lm=demo_lm([], engine=engine)), pytest.raises(KeyError, match="the part broke"):
+        evaluate({"plan": Broken()}, planner_data.val, tool_modes=catalog.modes, threads=2)
