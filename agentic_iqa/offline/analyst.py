@@ -17,7 +17,7 @@ import re
 from typing import Optional
 
 from agentic_iqa.agents.context import AssessmentContext
-from agentic_iqa.agents.planner_rules import mcq_options, named_distortions, rule_plan
+from agentic_iqa.agents.planner_rules import asks_sharpness, mcq_options, named_distortions, rule_plan
 from agentic_iqa.agents.tool_execution import unique_tool_scores
 from agentic_iqa.fusion import ScoreFusion
 from signatures.models import (
@@ -142,7 +142,7 @@ def _ranked(analyses: dict) -> list:
 
 def _reasoning(analyses: dict, evidence: ExecutorOutput, fused, expected: float) -> str:
     found = [a for a in _ranked(analyses) if a.severity != "none"]
-    parts = [a.explanation for a in found[:3]] or ["No distortion measured above the clean-photo range."]
+    parts = list(dict.fromkeys(a.explanation for a in found[:3])) or ["No distortion measured above the clean-photo range."]
     tools = [
         f"{lg.tool_name} {lg.raw_score:.3g} → {lg.normalized_score:.2f}/5" + (" (fallback)" if lg.fallback else "")
         for lg in evidence.tool_logs if lg.ok
@@ -160,13 +160,14 @@ def answer_question(query: str, plan: PlannerOutput, analyses: dict, fused_level
     options = mcq_options(query)
     asked = [c for dists in (plan.distortions or {}).values() for c in dists] or named_distortions(query)
     level_of = {c: a.level for c, a in analyses.items()}
+    sharp = asks_sharpness(query)  # "is it sharp?" = "is it free of blur?"
     if options:
         texts = {k: v.strip().rstrip(".?") for k, v in options.items()}
         yes = next((k for k, v in texts.items() if _YES.match(v)), None)
         no = next((k for k, v in texts.items() if _NO.match(v)), None)
         if yes and no and asked:
-            present = any(analyses[c].severity != "none" for c in asked if c in analyses)
-            return yes if present else no
+            present = any(_severity(analyses, c) != "none" for c in asked if c in analyses)
+            return yes if present != sharp else no
         by_category = {k: named_distortions(v) for k, v in texts.items()}
         if any(by_category.values()):
             return max(by_category, key=lambda k: max((level_of.get(c, 0.0) for c in by_category[k]), default=-1.0))
@@ -176,10 +177,21 @@ def answer_question(query: str, plan: PlannerOutput, analyses: dict, fused_level
             return min(by_level, key=lambda k: abs(by_level[k] - target))
         return next(iter(texts))  # no option the measurements can speak to; the reasoning says what was measured
     if asked:
-        found = [f"{c}: {analyses[c].severity}" for c in asked if c in analyses]
-        present = [c for c in asked if c in analyses and analyses[c].severity != "none"]
-        return ("Yes — " if present else "No — ") + "; ".join(found)
+        found = [f"{_name(c)}: {_severity(analyses, c)}" for c in asked if c in analyses]
+        present = [c for c in asked if c in analyses and _severity(analyses, c) != "none"]
+        return ("Yes — " if bool(present) != sharp else "No — ") + "; ".join(found)
     worst = _ranked(analyses)[0]
     if worst.severity == "none":
         return "No distortion stands out; the image measures within the clean-photo range."
     return f"The most visible distortion is {worst.category.lower()} ({worst.severity})."
+
+
+def _severity(analyses: dict, category: str) -> str:
+    """A category's severity as a question about it means it: "blurry" is the blur detector's verdict
+    alone (pixelation, reported under the same category, is not blur)."""
+    a = analyses[category]
+    return a.severity_of("blur") if category == "Blurs" else a.severity
+
+
+def _name(category: str) -> str:
+    return "blur" if category == "Blurs" else category

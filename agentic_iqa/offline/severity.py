@@ -304,6 +304,11 @@ class CategoryAnalysis:
     detector: str                    # the strongest detector of the category
     evidence: dict[str, float] = field(default_factory=dict)
     level_raw: float = 0.0           # the same estimate before clipping to 0..5 (keeps extremes ranked)
+    detectors: dict[str, float] = field(default_factory=dict)  # every detector of the category: its level
+
+    def severity_of(self, detector: str) -> str:
+        """The severity one detector of this category measured ("blur" alone, not "pixelate")."""
+        return severity_of(self.detectors.get(detector, self.level if detector == self.detector else 0.0))
 
     @property
     def badness(self) -> float:
@@ -361,6 +366,10 @@ def _explain(det: Detector, mode: str, fit: dict, s: dict, level: float) -> str:
         basis = f"{name} {value:.3g}; clean training photos measure {lo:.3g}-{hi:.3g}"
     if verdict == "none":
         return f"No {det.label} measured: {basis}."
+    if mode == "nr" and lo <= value <= hi:
+        # The call rests on the detector's other measures; the quoted one is not itself damage.
+        return (f"{verdict.capitalize()} {det.label} suggested by the combined measures; {name} {value:.3g} "
+                f"is itself within what clean training photos measure ({lo:.3g}-{hi:.3g}).")
     nearest = str(min(5, max(1, round(level))))
     typical = fit.get("by_level", {}).get(nearest)
     like = f"; level-{nearest} benchmark damage measured ~{typical:.3g}" if typical is not None else ""
@@ -383,13 +392,16 @@ def analyze_stats(nr: dict, fr: Optional[dict] = None, thresholds: Optional[dict
         text = f"No {det.label} judged: {reason}." if reason else _explain(det, mode, fit, s, level)
         cand = CategoryAnalysis(det.category, severity_of(level), round(level, 3), _confidence(level, fit["rmse"]),
                                 text, det.name, {key: round(float(s[key]), 5)}, raw)
+        cand.detectors[det.name] = round(level, 3)
         cur = best.get(det.category)
         if cur is None or cand.level > cur.level:
             if cur is not None:
                 cand.evidence = {**cur.evidence, **cand.evidence}
+                cand.detectors = {**cur.detectors, **cand.detectors}
             best[det.category] = cand
         else:
             cur.evidence.update(cand.evidence)
+            cur.detectors.update(cand.detectors)
     return {c: best[c] for c in DISTORTION_CATEGORIES}
 
 
