@@ -183,12 +183,19 @@ def measure_corpus(photos: list[dict], cache: Path, workers: int, tag: str) -> l
 
 # ------------------------------------------------------------------------------------ fit + evaluate
 
-def samples_of(photos, measured) -> list:
-    out = []
+def samples_of(photos, measured) -> tuple[list, list]:
+    """(statistics, type or None, level) for every clean photo and its "fit"-ladder damage, and each one's source."""
+    out, sources = [], []
     for p, m in zip(photos, measured):
-        out.append(({**m["clean"]["nr"], **m["clean"]["fr"]}, None, 0))
-        out += [({**r["nr"], **r["fr"]}, r["type"], r["level"]) for r in m["rows"] if r["ladder"] == "fit"]
-    return out
+        rows = [({**m["clean"]["nr"], **m["clean"]["fr"]}, None, 0)]
+        rows += [({**r["nr"], **r["fr"]}, r["type"], r["level"]) for r in m["rows"] if r["ladder"] == "fit"]
+        out += rows
+        sources += [p["source"]] * len(rows)
+    return out, sources
+
+
+def fit(photos, measured) -> dict:
+    return sv.fit_with_clean_offsets(*samples_of(photos, measured))
 
 
 def score_of(an) -> float:
@@ -235,7 +242,7 @@ def loso(photos, measured, ladders=LADDERS) -> dict:
     for held in sources:
         tr = [i for i, p in enumerate(photos) if p["source"] != held]
         te = [i for i, p in enumerate(photos) if p["source"] == held]
-        th = sv.fit_all(samples_of([photos[i] for i in tr], [measured[i] for i in tr]))
+        th = fit([photos[i] for i in tr], [measured[i] for i in tr])
         folds[held] = {"n_photos": len(te), "n_train_photos": len(tr),
                        **{lad: evaluate([photos[i] for i in te], [measured[i] for i in te], th, lad) for lad in ladders}}
         f = folds[held]["alt"]
@@ -300,7 +307,7 @@ def main(argv=None) -> int:
     report = {"protocol": __doc__.split("Protocol per fold: ")[1].strip(), "folds": folds,
               "photos": [{k: p[k] for k in ("source", "name", "gray")} for p in photos]}
     if not args.no_fit:
-        fitted = sv.fit_all(samples_of(photos, measured))
+        fitted = fit(photos, measured)
         provenance = {
             "fitted": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "corpus": "benchmarks/corpus/manifest.json", "n_photos": len(photos),

@@ -263,6 +263,40 @@ def fit_all(samples: Sequence[tuple[dict, Optional[str], int]], ridge: float = R
     return out
 
 
+CLEAN_QUANTILE = 90  # a level that this share of clean photos from unseen sources stays under is not damage
+
+
+def fit_with_clean_offsets(samples: Sequence[tuple[dict, Optional[str], int]], sources: Sequence[str],
+                           ridge: float = RIDGE, quantile: float = CLEAN_QUANTILE) -> dict:
+    """``fit_all`` on every sample, plus each detector's *clean offset*: the ``quantile`` of the levels it
+    gives clean photos of a source it was not fitted on (nested leave-one-source-out over ``sources``,
+    one per sample). Real photos differ by source in exactly what the global detectors measure (a
+    low-key photo is dark, a bokeh photo has little fine detail); a level that clean photos from unseen
+    sources reach is not evidence of damage, so ``_detector_level`` measures from that offset up
+    (rescaled so that level 5 stays 5). Ranking within a detector is unchanged."""
+    fitted = fit_all(samples, ridge)
+    names = sorted(set(sources))
+    clean_levels: dict = {m: {d.name: [] for d in DETECTORS} for m in ("nr", "fr")}
+    for held in names if len(names) > 1 else []:
+        inner = fit_all([smp for smp, src in zip(samples, sources) if src != held], ridge)
+        for smp, src in zip(samples, sources):
+            if src != held or smp[1] is not None:
+                continue
+            for mode in ("nr", "fr"):
+                if mode == "fr" and "fr_fine_gain" not in smp[0]:
+                    continue
+                st_ = smp[0] if mode == "fr" else {k: v for k, v in smp[0].items() if not k.startswith("fr_")}
+                for det in DETECTORS:
+                    if det.gate is None or det.gate(st_) is None:
+                        clean_levels[mode][det.name].append(_mapped_level(inner[mode][det.name], st_))
+    for mode in ("nr", "fr"):
+        for det in DETECTORS:
+            vals = clean_levels[mode][det.name]
+            off = float(np.percentile(vals, quantile)) if vals else 0.0
+            fitted[mode][det.name]["clean_offset"] = float(min(max(off, 0.0), 2.5))
+    return fitted
+
+
 def _primary_value(det: Detector, mode: str, s: dict) -> float:
     return float(s[det.primary if mode == "nr" else det.primary_fr])
 
@@ -337,12 +371,19 @@ def _extrapolated_map(score: float, kx: Sequence[float], ky: Sequence[float]) ->
     return float(np.interp(score, kx, ky))
 
 
-def _detector_level(fit: dict, s: dict) -> float:
-    """Unclipped level estimate of one detector (may fall below 0 or above 5)."""
+def _mapped_level(fit: dict, s: dict) -> float:
+    """The fitted map's level for statistics ``s`` (before the clean offset)."""
     x = np.array([feature_value(f, s) for f in fit["features"]])
     z = (x - np.array(fit["mean"])) / np.array(fit["std"])
     score = float(z @ np.array(fit["coef"]) + fit["intercept"])
     return _extrapolated_map(score, fit["knots_x"], fit["knots_y"])
+
+
+def _detector_level(fit: dict, s: dict) -> float:
+    """Unclipped level estimate of one detector (may fall below 0 or above 5), measured from the level
+    clean photos of unseen sources reach (``clean_offset``, see ``fit_with_clean_offsets``)."""
+    level, off = _mapped_level(fit, s), fit.get("clean_offset", 0.0)
+    return 5.0 * (level - off) / (5.0 - off)
 
 
 def _confidence(level: float, rmse: float) -> float:
