@@ -406,6 +406,9 @@ def _explain(det: Detector, mode: str, fit: dict, s: dict, level: float) -> str:
     else:
         basis = f"{name} {value:.3g}; clean training photos measure {lo:.3g}-{hi:.3g}"
     if verdict == "none":
+        if mode == "nr" and not lo <= value <= hi:
+            return (f"No {det.label} judged from the combined measures; {name} {value:.3g} alone is outside "
+                    f"what clean training photos measure ({lo:.3g}-{hi:.3g}).")
         return f"No {det.label} measured: {basis}."
     if mode == "nr" and lo <= value <= hi:
         # The call rests on the detector's other measures; the quoted one is not itself damage.
