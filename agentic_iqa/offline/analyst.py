@@ -2,7 +2,7 @@
 
 - Planner: DESIGN §3's rules applied to the query text (`planner_rules`).
 - Detection / analysis: measured image statistics per spec category (`offline.stats`, `offline.severity`,
-  thresholds fitted on the synthetic benchmark's training split), each with a one-line measured reason.
+  thresholds fitted on real photos from several sources (benchmarks/fit_corpus.py)), each with a one-line measured reason.
 - Tool selection: the registry's metadata (strengths; FR tools when a reference exists), restricted to
   tools that run here.
 - Summarizer: the analyst's own distribution over quality levels (derived from the measured

@@ -5,10 +5,11 @@ and one for too bright, "Color distortions" one each for washed-out, garish and 
 "Compression" one for JPEG blocking and one for JPEG2000 smearing. A detector is a weighted sum of a few
 hand-picked features (``FEATURES``; a leading "-" declares that the feature lowers the level, e.g. a
 high blur index argues for blur, a high share of detail on the strongest edges argues against it and for
-JPEG2000) followed by a monotone map onto the benchmark's level scale, both fitted on the synthetic
-benchmark's TRAIN split by ``benchmarks/fit_thresholds.py`` and stored in ``thresholds.json``: the
-weights by non-negative ridge regression towards the applied level (0 for clean images and other
-distortions), the map by isotonic regression of the level on the weighted sum. Its output
+JPEG2000) followed by a monotone map onto the benchmark's level scale, both fitted on real photos from
+several independent sources with synthetic damage by ``benchmarks/fit_corpus.py`` and stored in
+``thresholds.json``: the weights by non-negative ridge regression towards the applied level (0 for clean
+images and other distortions), the map by isotonic regression of the level on the weighted sum, and a
+clean offset (the level clean photos of unseen sources reach, ``fit_with_clean_offsets``). Its output
 ``level`` is a continuous estimate on 0..5 (0 = absent, 5 = the benchmark's strongest level); a
 category's level is its strongest detector's, and severities cut that scale at fixed points:
 none < 0.5 <= slight < 2.5 <= moderate < 3.5 <= severe < 4.5 <= extreme.
@@ -323,7 +324,7 @@ def _primary_by_level(det: Detector, mode: str, samples) -> dict[str, float]:
 def load_thresholds(path: str = str(THRESHOLDS_PATH)) -> dict:
     p = Path(path)
     if not p.is_file():
-        raise FileNotFoundError(f"{p} is missing: run benchmarks/fit_thresholds.py to fit it")
+        raise FileNotFoundError(f"{p} is missing: run benchmarks/fit_corpus.py to fit it")
     return json.loads(p.read_text())
 
 
