@@ -135,3 +135,25 @@ def test_reasoning_has_no_repeated_sentences(astronaut):
     text = _reasoning(an, ExecutorOutput(), Fused(), 3.2)
     sentences = [s.strip() for s in re.split(r"(?<=\.)\s+", text) if s.strip()]
     assert len(sentences) == len(set(sentences)), text
+
+
+# ── end to end, as a new user asks ───────────────────────────────────────────────────────────────
+
+def test_blur_questions_through_the_offline_pipeline(tmp_path):
+    """The CLI/API path: rocket "Is it blurry?" (was "Yes" from slight pixelation) and astronaut "Is the
+    image sharp?" (was "No — Sharpness: none" from the over-sharpening detector), with the evidence row
+    for the blur question quoting the blur detector."""
+    import agentic_iqa
+
+    rocket = agentic_iqa.assess("example:rocket", "Is it blurry?", config=tmp_path, backend="offline", use_cache=False)
+    an = sv.analyze(load_reference("rocket"))
+    assert rocket.backend == "offline analyst"
+    rows = [d for ds in rocket.evidence.distortion_analysis.values() for d in ds]
+    assert [d.type for d in rows] == ["Blurs"] and "blur index" in rows[0].explanation
+    blur = rows[0].severity
+    assert rocket.answer.startswith(("No" if blur == "none" else "Yes") + f" — blur: {blur}")
+    assert an["Blurs"].severity_of("blur") == "none"  # a clean sample photo is not called blurry
+
+    astro = agentic_iqa.assess("example:astronaut", "Is the image sharp?", config=tmp_path, backend="offline",
+                               use_cache=False)
+    assert astro.answer.startswith("Yes — blur: none")

@@ -73,12 +73,18 @@ class OfflineRoles:
     def analyze(self, ctx: AssessmentContext, plan: PlannerOutput, distortion_set) -> dict[str, list[DistortionAnalysis]]:
         analyses = self._analyses(ctx)
         targets = distortion_set or {obj: [a.category for a in _ranked(analyses) if a.severity != "none"] for obj in plan.query_scope}
+        asked = bool(plan.distortions)  # categories named in the query are judged as the query means them
         out: dict[str, list[DistortionAnalysis]] = {}
         for obj, categories in targets.items():
             items = []
             for cat in categories:
                 a = analyses.get(cat)
-                if a is not None:
+                if a is None:
+                    continue
+                if asked and cat == "Blurs":  # "blurry" / "sharp" ask about blur, not pixelation
+                    items.append(DistortionAnalysis(type=cat, severity=a.severity_of("blur"),
+                                                    explanation=a.explanations.get("blur", a.explanation)))
+                else:
                     items.append(DistortionAnalysis(type=cat, severity=a.severity, explanation=a.explanation))
             out[obj] = items
         return out

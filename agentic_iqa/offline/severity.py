@@ -340,6 +340,7 @@ class CategoryAnalysis:
     evidence: dict[str, float] = field(default_factory=dict)
     level_raw: float = 0.0           # the same estimate before clipping to 0..5 (keeps extremes ranked)
     detectors: dict[str, float] = field(default_factory=dict)  # every detector of the category: its level
+    explanations: dict[str, str] = field(default_factory=dict)  # every detector of the category: its line
 
     def severity_of(self, detector: str) -> str:
         """The severity one detector of this category measured ("blur" alone, not "pixelate")."""
@@ -438,15 +439,18 @@ def analyze_stats(nr: dict, fr: Optional[dict] = None, thresholds: Optional[dict
         cand = CategoryAnalysis(det.category, severity_of(level), round(level, 3), _confidence(level, fit["rmse"]),
                                 text, det.name, {key: round(float(s[key]), 5)}, raw)
         cand.detectors[det.name] = round(level, 3)
+        cand.explanations[det.name] = text
         cur = best.get(det.category)
         if cur is None or cand.level > cur.level:
             if cur is not None:
                 cand.evidence = {**cur.evidence, **cand.evidence}
                 cand.detectors = {**cur.detectors, **cand.detectors}
+                cand.explanations = {**cur.explanations, **cand.explanations}
             best[det.category] = cand
         else:
             cur.evidence.update(cand.evidence)
             cur.detectors.update(cand.detectors)
+            cur.explanations.update(cand.explanations)
     return {c: best[c] for c in DISTORTION_CATEGORIES}
 
 
