@@ -124,8 +124,7 @@ def ladder_param(t: synth.DistortionType, level: int, ladder: str):
     p = t.params
     if ladder == "fit" or level == 5:
         return p[level - 1]
-    v = (p[level - 1] + p[level]) / 2
-    return type(p[level - 1])(round(v)) if isinstance(p[level - 1], int) else v
+    return (p[level - 1] + p[level]) / 2  # float even for integer ladders (the appliers round where they must)
 
 
 def _apply(x: np.ndarray, t: synth.DistortionType, param, rng) -> np.ndarray:
@@ -135,7 +134,7 @@ def _apply(x: np.ndarray, t: synth.DistortionType, param, rng) -> np.ndarray:
     return np.clip(out, 0, 1).astype(np.float32)
 
 
-MEASURE_VERSION = "1"  # bump when measure_photo's recipe (ladders, seeds, working copies) changes
+MEASURE_VERSION = "2"  # bump when measure_photo's recipe (ladders, seeds, working copies) changes
 
 
 def _code_key() -> str:
