@@ -381,9 +381,8 @@ def assess_dataset(
             resize_reference=resize_reference, query=query, mode=mode, reference_column=reference_column,
             image_column=image_column,
         ),
-        # A killed actor is restarted and its unfinished batch re-run (rows are emitted per batch).
-        max_restarts=-1,
-        max_task_retries=-1,
+        # Ray Data's actor pools run with max_restarts=-1 and max_task_retries=-1: a killed actor is
+        # restarted and its unfinished batch re-run (rows are emitted per batch, so never twice).
     )
 
 
@@ -529,8 +528,8 @@ def run_cli_batch(
     overwrite: bool = False,
     concurrency: int = 4,
     actors: Optional[int] = None,
-    batch_size: int = 16,
-    num_gpus_per_worker: float = 0.0,
+    batch_size: Optional[int] = None,
+    num_gpus_per_worker: Optional[float] = None,
     lm_max_in_flight: Optional[int] = None,
     use_cache: bool = True,
     resize_reference: bool = False,
@@ -540,6 +539,11 @@ def run_cli_batch(
     """`agentic-iqa assess … --engine ray --out DIR`: the local batch's summary (BatchSummary) for a
     run whose rows went to shards in `out_dir` through Ray's datasinks."""
     b = _batch()
+    knobs = cluster_knobs()
+    actors = actors if actors is not None else knobs["actors"]
+    batch_size = batch_size if batch_size is not None else knobs["batch_size"] or 16
+    num_gpus_per_worker = num_gpus_per_worker if num_gpus_per_worker is not None else knobs["gpus_per_worker"] or 0.0
+    lm_max_in_flight = lm_max_in_flight if lm_max_in_flight is not None else knobs["lm_max_in_flight"]
     if fmt not in SHARD_SUFFIX:
         raise b.BatchError(f"--format must be jsonl or parquet (got {fmt!r})")
     out_dir = Path(out_dir)
@@ -600,7 +604,8 @@ def run_cli_batch(
             if fmt == "parquet":
                 out.write_parquet(str(out_dir), filename_provider=_names(name, ".parquet"))
             else:
-                out.write_json(str(out_dir), filename_provider=_names(name, ".json"), force_ascii=False)
+                out.write_json(str(out_dir), filename_provider=_names(name, ".json"), force_ascii=False,
+                               double_precision=15)
         except KeyboardInterrupt:
             summary.interrupted = True
         try:
@@ -623,6 +628,36 @@ def run_cli_batch(
                 summary.failures.append({"image": rec.get("image"), "error": rec.get("error"), "error_type": rec.get("error_type")})
     summary.seconds = time.perf_counter() - t0
     return summary
+
+
+#: The cluster settings of `--engine ray` runs, from the environment (the CLI's flags are the local batch's).
+KNOBS = {
+    "actors": ("AGENTIC_IQA_RAY_ACTORS", int, 1),
+    "batch_size": ("AGENTIC_IQA_RAY_BATCH_SIZE", int, 1),
+    "gpus_per_worker": ("AGENTIC_IQA_RAY_GPUS_PER_WORKER", float, 0),
+    "lm_max_in_flight": ("AGENTIC_IQA_RAY_LM_MAX_IN_FLIGHT", int, 1),
+}
+
+
+def cluster_knobs(env: Optional[dict] = None) -> dict:
+    """{knob: value or None} from AGENTIC_IQA_RAY_* variables; a bad value is a one-line ConfigError."""
+    from agentic_iqa.config import ConfigError
+
+    env = os.environ if env is None else env
+    out: dict[str, Any] = {}
+    for knob, (var, kind, least) in KNOBS.items():
+        raw = env.get(var, "").strip()
+        if not raw:
+            out[knob] = None
+            continue
+        try:
+            value = kind(raw)
+        except ValueError:
+            value = None
+        if value is None or not math.isfinite(value) or value < least:
+            raise ConfigError(f"${var}={raw!r}: give a {kind.__name__} of at least {least}, or unset it")
+        out[knob] = value
+    return out
 
 
 def _new_records(out_dir: Path, before: set[str], summary: Any) -> list[dict]:
