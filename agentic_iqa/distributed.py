@@ -34,7 +34,6 @@ import math
 import os
 import threading
 import time
-import uuid
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional
 
@@ -207,7 +206,8 @@ class _AssessWorker:
         self.reference_column, self.image_column = reference_column, image_column
         self.fingerprint = _batch().config_fingerprint(settings)
         self.assessor = Assessor(settings)
-        _ = self.assessor.registry, self.assessor.graph  # build now, not in the first batch
+        _ = self.assessor.graph  # build now, not in the first batch
+        warm_up(self.assessor)
         for lm in {id(x): x for x in getattr(self.assessor.roles, "lms", {}).values() if x is not None}.values():
             _gate_lm(lm, coordinator)
         self._stop_checked = 0.0
@@ -272,6 +272,14 @@ class _AssessWorker:
                 table = table.drop_columns([name])
             table = table.append_column(name, pa.array([rec[name] for rec in out], type=types[name]))
         return table
+
+
+def warm_up(assessor: Any) -> None:
+    """Import torch and pyiqa once, in this thread: the first assessments run on several threads, and
+    torch imported by two threads at once can come out half-initialized ("module 'torch' has no
+    attribute ...")."""
+    _ = assessor.registry.device  # resolving the device imports torch
+    import pyiqa  # noqa: F401
 
 
 def _types():
@@ -599,7 +607,7 @@ def run_cli_batch(
                              batch_size=batch_size, num_gpus_per_worker=num_gpus_per_worker, use_cache=use_cache,
                              resize_reference=resize_reference, coordinator=coordinator)
         out = out.filter(lambda row: row["status"] != NOT_ATTEMPTED)
-        name = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
+        name = time.strftime('%Y%m%dT%H%M%S')
         try:
             if fmt == "parquet":
                 out.write_parquet(str(out_dir), filename_provider=_names(name, ".parquet"))
@@ -675,6 +683,6 @@ def _names(prefix: str, suffix: str):
         """Shard names that sort by run and never collide with an earlier run's shards."""
 
         def get_filename_for_task(self, write_uuid, task_index):
-            return f"{prefix}-{task_index:06d}{suffix}"
+            return f"{prefix}-{write_uuid}-{task_index:06d}{suffix}"
 
     return Names()

@@ -53,13 +53,12 @@ def images(tmp_path_factory):
 
 
 def local(images, settings) -> dict:
-    return {r.item.image: r for r in assess_many(images, assessor=_assessor(settings), concurrency=4)}
-
-
-def _assessor(settings):
     from agentic_iqa.api import Assessor
+    from agentic_iqa.distributed import warm_up
 
-    return Assessor(settings)
+    assessor = Assessor(settings)
+    warm_up(assessor)  # as the workers do: torch imported by one thread
+    return {r.item.image: r for r in assess_many(images, assessor=assessor, concurrency=4)}
 
 
 def distributed(images, settings, **kw) -> dict:
@@ -257,7 +256,7 @@ def test_without_engine_ray_nothing_imports_ray(images, tmp_path):
         "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))\n"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-X", "faulthandler", "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip().splitlines()[-1] == "[]"
 
