@@ -599,6 +599,7 @@ def run_cli_batch(
     if to_run:
         ray = _ray()
         if not ray.is_initialized():
+            check_address(address)
             ray.init(address=address, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
         n_actors = actors or max(1, min(int(ray.available_resources().get("CPU", 1)), math.ceil(len(to_run) / batch_size)))
         coordinator = make_coordinator(lm_max_in_flight)
@@ -666,6 +667,28 @@ def cluster_knobs(env: Optional[dict] = None) -> dict:
             raise ConfigError(f"${var}={raw!r}: give a {kind.__name__} of at least {least}, or unset it")
         out[knob] = value
     return out
+
+
+def check_address(address: Optional[str], timeout: float = 5.0) -> None:
+    """Fail in seconds, with the address named, when nothing listens at a `host:port` or
+    `ray://host:port` address (Ray itself would wait minutes). "auto" and None are Ray's to resolve."""
+    import socket
+
+    if not address or address == "auto":
+        return
+    rest = address.split("://", 1)[1] if "://" in address else address
+    host, sep, port = rest.rstrip("/").rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        from agentic_iqa.config import ConfigError
+
+        raise ConfigError(f"--address {address!r}: give auto, host:port (the GCS, 6379) or ray://host:port (Ray Client, 10001)")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as exc:
+        from agentic_iqa.config import ConfigError
+
+        raise ConfigError(f"--address {address}: no Ray cluster answers there ({exc.strerror or exc}); "
+                          "check the head node's address and port, or leave --address out to start Ray here") from None
 
 
 def _new_records(out_dir: Path, before: set[str], summary: Any) -> list[dict]:

@@ -3,13 +3,13 @@
 Run:  PYTHONPATH=. .venv/bin/python benchmarks/ray_bench.py [--n 32] [--size 320x240] [--part offline|model|all]
 
 1. Offline (the offline analyst + real pyiqa tools, tool cache off): local `assess_many` (1 thread)
-   against `assess_dataset` with 1 and 2 actors (1 thread each). Ray's overhead per item is the
-   marginal cost: each engine runs N and 2N items, and (T(2N) - T(N)) / N is its per-item cost, so
-   fixed costs (Ray start, actor start with its torch import, the first batch) cancel out.
-   Overhead = Ray's per-item cost / local per-item cost - 1. Target ≤ 5 %.
+   against `assess_dataset` with 1 and 2 actors (1 thread each). Per-item cost is the steady state:
+   the time between results after the first batch (Ray: actor start with its torch import, first
+   tool creation; local: the first item) divided by the items after it. Overhead = Ray's per-item
+   cost / local per-item cost - 1, median over interleaved repetitions. Target ≤ 5 %.
 2. Model (the real HTTP path to the fake OpenAI-compatible server answering every call after
    300 ms, run in its own process): local `assess_many` at 4 threads against 1 and 2 actors at 4
-   threads each.
+   threads each; steady-state throughput, and wall time including start-up.
 3. On paper: images per hour on N GPU nodes from the per-item costs measured here (see `paper`).
 
 All runs share one Ray instance (num_cpus=2) on this machine; they run interleaved so that load from
@@ -42,76 +42,104 @@ def make_images(folder: Path, n: int, size: tuple[int, int]) -> list[str]:
     return [str(write_test_image(folder / f"b{i:04d}.jpg", size=size, seed=i, quality=35 + i % 50)) for i in range(n)]
 
 
-def run_local(images: list[str], settings, threads: int) -> float:
+def steady(stamps: list[float], skip: int) -> float:
+    """Seconds per item after the first `skip` results (start-up, first tool creation and the first
+    batch excluded): (last - first counted) / items after it."""
+    stamps = sorted(stamps)
+    return (stamps[-1] - stamps[skip - 1]) / (len(stamps) - skip)
+
+
+def run_local(images: list[str], settings, threads: int) -> tuple[float, float]:
+    import torch
+
     from agentic_iqa.distributed import warm_up
 
+    # Ray gives an actor of num_cpus=1 OMP_NUM_THREADS=1; the local run gets the same torch threads,
+    # so the comparison measures Ray, not intra-op threading (which is far slower on a loaded machine).
+    torch.set_num_threads(1)
     assessor = Assessor(settings)
     warm_up(assessor)
     _ = assessor.graph
     t0 = time.perf_counter()
-    results = list(assess_many(images, assessor=assessor, concurrency=threads))
+    stamps, results = [], []
+    for r in assess_many(images, assessor=assessor, concurrency=threads):
+        stamps.append(time.perf_counter())
+        results.append(r)
     dt = time.perf_counter() - t0
     assert len(results) == len(images) and all(r.ok for r in results), [r.error for r in results if not r.ok][:3]
-    return dt
+    return dt, steady(stamps, threads)
 
 
-def run_ray(images: list[str], settings, actors: int, threads: int, batch_size: int) -> float:
+def run_ray(images: list[str], settings, actors: int, threads: int, batch_size: int) -> tuple[float, float]:
     import ray
 
     from agentic_iqa.distributed import assess_dataset
 
     t0 = time.perf_counter()
     ds = ray.data.from_items([{"image": p} for p in images], override_num_blocks=max(1, len(images) // batch_size))
-    rows = assess_dataset(ds, settings=settings, concurrency=actors, threads_per_worker=threads, batch_size=batch_size).take_all()
+    stamps, rows = [], []
+    for row in assess_dataset(ds, settings=settings, concurrency=actors, threads_per_worker=threads,
+                              batch_size=batch_size).iter_rows():
+        stamps.append(time.perf_counter())
+        rows.append(row)
     dt = time.perf_counter() - t0
     assert len(rows) == len(images) and all(r["status"] == "ok" for r in rows), [r["error"] for r in rows if r["status"] != "ok"][:3]
-    return dt
+    return dt, steady(stamps, batch_size * actors)
 
 
-def marginal(t1: float, t2: float, n: int) -> float:
-    return (t2 - t1) / n
+def _median(xs: list[float]) -> float:
+    xs = sorted(xs)
+    return xs[len(xs) // 2]
 
 
-def offline(folder: Path, n: int, size, batch_size: int) -> dict:
+def compare(runs: dict, reps: int) -> dict:
+    """Run every engine `reps` times, interleaved (load from other processes hits all alike)."""
+    got: dict[str, list] = {k: [] for k in runs}
+    for _ in range(reps):
+        for name, fn in runs.items():
+            got[name].append(fn())
+    return got
+
+
+def offline(folder: Path, n: int, size, batch_size: int, reps: int) -> dict:
     settings = load_settings(folder, backend="offline", cache={"enabled": False})
-    imgs = make_images(folder / "off", 2 * n, size)
-    half, full = imgs[:n], imgs
-    t = {}
-    for name, fn in (("local", lambda xs: run_local(xs, settings, 1)),
-                     ("ray_1", lambda xs: run_ray(xs, settings, 1, 1, batch_size)),
-                     ("ray_2", lambda xs: run_ray(xs, settings, 2, 1, batch_size))):
-        t[name] = (fn(half), fn(full))
-    per = {k: marginal(a, b, n) for k, (a, b) in t.items()}
+    (folder / "off").mkdir()
+    imgs = make_images(folder / "off", n, size)
+    got = compare({"local_1_thread": lambda: run_local(imgs, settings, 1),
+                   "ray_1_actor": lambda: run_ray(imgs, settings, 1, 1, batch_size),
+                   "ray_2_actors": lambda: run_ray(imgs, settings, 2, 1, batch_size)}, reps)
+    per = {k: [p for _, p in v] for k, v in got.items()}
+    ratios = [r / l for r, l in zip(per["ray_1_actor"], per["local_1_thread"])]
     return {
-        "protocol": f"offline analyst, real tools, cache off; {n} and {2 * n} JPEGs {size[0]}x{size[1]}; 1 thread per engine; "
-                    f"Ray batch_size {batch_size}; per-item = (T(2N)-T(N))/N",
-        "wall_seconds": {k: [round(a, 2), round(b, 2)] for k, (a, b) in t.items()},
-        "per_item_ms": {k: round(v * 1000, 1) for k, v in per.items()},
-        "items_per_s_marginal": {k: round(1 / v, 2) for k, v in per.items()},
-        "ray_overhead_per_item_pct": round((per["ray_1"] / per["local"] - 1) * 100, 1),
-        "ray_2_vs_ray_1_speedup": round(per["ray_1"] / per["ray_2"], 2),
+        "protocol": f"offline analyst, real tools, cache off; {n} JPEGs {size[0]}x{size[1]}; 1 thread per engine; Ray batch_size "
+                    f"{batch_size}; steady-state seconds per item after the first batch; {reps} interleaved repetitions, medians",
+        "wall_seconds": {k: [round(w, 2) for w, _ in v] for k, v in got.items()},
+        "steady_ms_per_item": {k: [round(x * 1000, 1) for x in v] for k, v in per.items()},
+        "steady_items_per_s": {k: round(1 / _median(v), 2) for k, v in per.items()},
+        "ray_overhead_per_item_pct": round((_median(ratios) - 1) * 100, 1),
+        "ray_overhead_per_item_ms": round((_median(per["ray_1_actor"]) - _median(per["local_1_thread"])) * 1000, 1),
+        "ray_2_vs_1_actor_throughput": round(_median(per["ray_1_actor"]) / _median(per["ray_2_actors"]), 2),
     }
 
 
-def model(folder: Path, n: int, size, batch_size: int, latency: float) -> dict:
+def model(folder: Path, n: int, size, batch_size: int, latency: float, reps: int) -> dict:
     from batch_bench import ServerProcess
 
+    (folder / "lm").mkdir()
     imgs = make_images(folder / "lm", n, size)
-    out = {}
     with ServerProcess(latency) as srv:
         settings = load_settings(folder, lm="openai/fake-vlm", api_base=srv.base_url, cache={"enabled": False})
         for role in ("planner", "executor", "summarizer"):
             settings.backends.role(role).timeout = 30
-        runs = (("local_4_threads", lambda: run_local(imgs, settings, 4)),
-                ("ray_1x4", lambda: run_ray(imgs, settings, 1, 4, batch_size)),
-                ("ray_2x4", lambda: run_ray(imgs, settings, 2, 4, batch_size)))
-        for name, fn in runs:
-            out[name] = fn()
+        got = compare({"local_4_threads": lambda: run_local(imgs, settings, 4),
+                       "ray_1_actor_x4": lambda: run_ray(imgs, settings, 1, 4, batch_size),
+                       "ray_2_actors_x4": lambda: run_ray(imgs, settings, 2, 4, batch_size)}, reps)
     return {
         "protocol": f"fake OpenAI-compatible server (own process) answering after {latency * 1000:.0f} ms, 5 LM calls/item, "
-                    f"real PIQE runs, cache off; {n} JPEGs {size[0]}x{size[1]}; wall time including Ray start-up of actors",
-        "wall_seconds": {k: round(v, 2) for k, v in out.items()},
-        "items_per_s": {k: round(n / v, 2) for k, v in out.items()},
+                    f"real PIQE runs, cache off; {n} JPEGs {size[0]}x{size[1]}; Ray batch_size {batch_size}; "
+                    f"{reps} interleaved repetitions, medians; wall time includes Ray's start of the actors (torch import)",
+        "wall_seconds": {k: [round(w, 2) for w, _ in v] for k, v in got.items()},
+        "items_per_s_with_startup": {k: round(n / _median([w for w, _ in v]), 2) for k, v in got.items()},
     }
 
 
@@ -143,7 +171,8 @@ def paper(per_item_cpu_s: float, lm_calls: int = 5, lm_latency_s: float = 1.5, g
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--n", type=int, default=32)
+    ap.add_argument("--n", type=int, default=48)
+    ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--size", default="320x240")
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--latency", type=float, default=0.3)
@@ -158,10 +187,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="aiqa-ray-bench-") as tmp:
         folder = Path(tmp)
         if args.part in ("offline", "all"):
-            report["offline"] = offline(folder, args.n, size, args.batch_size)
-            report["paper"] = paper(report["offline"]["per_item_ms"]["local"] / 1000)
+            report["offline"] = offline(folder, args.n, size, args.batch_size, args.reps)
+            report["paper"] = paper(1 / report["offline"]["steady_items_per_s"]["local_1_thread"])
         if args.part in ("model", "all"):
-            report["model"] = model(folder, args.n, size, args.batch_size, args.latency)
+            report["model"] = model(folder, args.n, size, args.batch_size, args.latency, args.reps)
     ray.shutdown()
     print(json.dumps(report, indent=2))
 

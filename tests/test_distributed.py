@@ -271,3 +271,21 @@ def test_cluster_settings_from_the_environment_are_checked():
         cluster_knobs({"AGENTIC_IQA_RAY_ACTORS": "0"})
     with pytest.raises(ConfigError, match="AGENTIC_IQA_RAY_GPUS_PER_WORKER"):
         cluster_knobs({"AGENTIC_IQA_RAY_GPUS_PER_WORKER": "nan"})
+
+
+def test_a_bad_cluster_address_fails_in_seconds_with_one_line(images, tmp_path):
+    import socket
+
+    with socket.socket() as s:  # a port that was free a moment ago: nothing listens there now
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")])}
+    base = [sys.executable, "-c", "from agentic_iqa.cli import main; main()", "assess", str(Path(images[0]).parent),
+            "--engine", "ray", "--offline", "--out", str(tmp_path / "out")]
+    for extra, message in (([f"--address", f"127.0.0.1:{port}"], "no Ray cluster answers there"),
+                           (["--address", "nonsense"], "give auto, host:port"),
+                           (["--format", "csv"], "--format must be jsonl or parquet")):
+        proc = subprocess.run(base + extra, env=env, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == EXIT_BAD_INPUT, proc.stderr[-2000:]
+        assert message in proc.stderr and "Traceback" not in proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
