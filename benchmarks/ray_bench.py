@@ -144,7 +144,8 @@ def model(folder: Path, n: int, size, batch_size: int, latency: float, reps: int
 
 
 def paper(per_item_cpu_s: float, lm_calls: int = 5, lm_latency_s: float = 1.5, gpu_speedup: float = 20.0,
-          actors_per_gpu: int = 4, lm_cap: int = 256, io_mb_per_item: float = 1.0, node_io_mb_s: float = 200.0) -> dict:
+          actors_per_gpu: int = 4, lm_cap: int = 256, io_mb_per_item: float = 1.0, node_io_mb_s: float = 200.0,
+          cpu_per_node: int = 8, per_item_host_cpu_s: float = 0.15) -> dict:
     """Images per hour on N GPU nodes (one GPU each), three ceilings; the lowest binds.
 
     tools: actors_per_gpu actors share a GPU (num_gpus 1/actors_per_gpu); one tool slot each; a tool
@@ -153,19 +154,23 @@ def paper(per_item_cpu_s: float, lm_calls: int = 5, lm_latency_s: float = 1.5, g
         at best, as long as the GPU is not saturated (then 1 / tool time).
     LM: lm_cap requests in flight cluster-wide, each lm_latency_s: lm_cap / (lm_calls × latency)
         items/s whatever N is (the provider's rate limit is the real cap).
-    I/O: node_io_mb_s per node of image reads from shared storage, io_mb_per_item each."""
+    I/O: node_io_mb_s per node of image reads from shared storage, io_mb_per_item each.
+    CPU: per_item_host_cpu_s of host CPU per item (image decode, offline statistics, DSPy formatting
+        and parsing: ~0.15 s measured in batch_bench) on cpu_per_node cores."""
     tool_s = per_item_cpu_s / gpu_speedup
     per_node_tools = 1 / tool_s  # one GPU, busy all the time (actors overlap model waits)
-    lm_ceiling = lm_cap / (lm_calls * lm_latency_s)
+    lm_ceiling = lm_cap / (lm_calls * lm_latency_s) if lm_calls else float("inf")  # lm_calls=0: offline analyst
     per_node_io = node_io_mb_s / io_mb_per_item
     rows = []
     for n in (1, 4, 16, 64, 256):
-        ceilings = {"GPU tool time": n * per_node_tools, "LM provider cap": lm_ceiling, "image I/O": n * per_node_io}
+        ceilings = {"GPU tool time": n * per_node_tools, "LM provider cap": lm_ceiling, "image I/O": n * per_node_io,
+                    "CPU (decode, statistics)": n * cpu_per_node / per_item_host_cpu_s}
         bound = min(ceilings, key=ceilings.get)
         rows.append({"nodes": n, "images_per_hour": int(ceilings[bound] * 3600), "bottleneck": bound})
     return {"assumptions": {"per_item_cpu_s": round(per_item_cpu_s, 4), "gpu_speedup": gpu_speedup, "lm_calls": lm_calls,
                             "lm_latency_s": lm_latency_s, "lm_cap": lm_cap, "actors_per_gpu": actors_per_gpu,
-                            "io_mb_per_item": io_mb_per_item, "node_io_mb_s": node_io_mb_s},
+                            "io_mb_per_item": io_mb_per_item, "node_io_mb_s": node_io_mb_s,
+                            "cpu_per_node": cpu_per_node, "per_item_host_cpu_s": per_item_host_cpu_s},
             "scale": rows}
 
 
@@ -188,7 +193,8 @@ def main() -> None:
         folder = Path(tmp)
         if args.part in ("offline", "all"):
             report["offline"] = offline(folder, args.n, size, args.batch_size, args.reps)
-            report["paper"] = paper(1 / report["offline"]["steady_items_per_s"]["local_1_thread"])
+            per_item = 1 / report["offline"]["steady_items_per_s"]["local_1_thread"]
+            report["paper"] = {"vlm": paper(per_item), "offline_analyst": paper(per_item, lm_calls=0)}
         if args.part in ("model", "all"):
             report["model"] = model(folder, args.n, size, args.batch_size, args.latency, args.reps)
     ray.shutdown()
