@@ -362,10 +362,11 @@ def assess_dataset(
         from agentic_iqa.config import load_settings
 
         settings = load_settings(config, lm=lm, backend="offline" if offline else None)
-    elif lm is not None or offline:
+    elif lm is not None or config is not None:
+        raise ValueError("assess_dataset: pass either settings= or lm=/config=, not both")
+    elif offline:
         settings = settings.model_copy(deep=True)
-        if offline:
-            settings.pipeline.backend = "offline"
+        settings.pipeline.backend = "offline"
     settings = settings_for_workers(settings, num_gpus_per_worker)
     if threads_per_worker < 1 or batch_size < 1:
         raise ValueError("threads_per_worker and batch_size must be at least 1")
@@ -624,7 +625,7 @@ def run_cli_batch(
         if state["stopped"]:
             summary.stopped = state["stopped"]
             summary.not_attempted = state["counts"].get(NOT_ATTEMPTED, 0)
-    for rec in _new_records(out_dir, before, summary):
+    for rec in _new_records(out_dir, before):
         summary.ran += 1
         if rec["status"] == "ok":
             summary.ok += 1
@@ -691,7 +692,7 @@ def check_address(address: Optional[str], timeout: float = 5.0) -> None:
                           "check the head node's address and port, or leave --address out to start Ray here") from None
 
 
-def _new_records(out_dir: Path, before: set[str], summary: Any) -> list[dict]:
+def _new_records(out_dir: Path, before: set[str]) -> list[dict]:
     new = [p for p in shard_files(out_dir) if p.name not in before]
     recs: list[dict] = []
     for p in new:
