@@ -148,7 +148,9 @@ def _run(image, query, reference, lm, api_base, config, offline, mode, programs,
 
     image_path = resolve_example(image)
     reference_path = resolve_example(reference) if reference else None
-    assessor = Assessor(_settings(lm, api_base, config, offline, programs))
+    from agentic_iqa.cli.compile import lm_or_demo
+
+    assessor = Assessor(_settings(lm, api_base, config, offline, programs), make_lm=lm_or_demo)
     kw = dict(mode=mode, use_cache=not no_cache, resize_reference=resize_reference)
     if not show_progress:
         return assessor.assess(image_path, query, reference_path, **kw)
@@ -208,6 +210,8 @@ def render(result, verbose: bool = False) -> None:
     for f in result.fallbacks:
         con.print(f"[yellow]fallback:[/] {escape(f)}")
     if verbose:
+        if not any(n.startswith("configuration read from") for n in result.notes):
+            con.print("[dim]configuration: package defaults (no config files read)[/]")
         con.print(f"[dim]timings: {escape(json.dumps(result.timings))} · total {result.total_seconds:.2f} s · LM calls {result.lm_calls} · retries {result.retries} · replans {result.replans}[/]")
 
 
@@ -225,7 +229,9 @@ def _batch(images, manifest, out, query, reference, lm, api_base, config, offlin
     try:
         settings = _settings(lm, api_base, config, offline, program)
         items, problems, notes = _items(images, manifest, query, reference, mode, recursive, allow_absolute)
-        assessor = Assessor(settings)
+        from agentic_iqa.cli.compile import lm_or_demo
+
+        assessor = Assessor(settings, make_lm=lm_or_demo)
         progress = _Progress(enabled=not quiet)
         with progress:
             summary = run_batch(
@@ -240,11 +246,7 @@ def _batch(images, manifest, out, query, reference, lm, api_base, config, offlin
     except Exception as exc:  # noqa: BLE001 - one clear line, never a traceback
         fail(_escape(f"batch failed: {type(exc).__name__}: {exc}"), EXIT_FAILED)
 
-    if as_json:
-        typer.echo(json.dumps(summary.as_dict(), indent=2, ensure_ascii=False))
-    else:
-        render_summary(summary)
-    code = summary.exit_code
+    code = _finish_batch(summary, as_json, exit=False)
     if summary.interrupted:
         # Assessments still running in worker threads would keep the interpreter alive until their LM
         # calls return (up to the timeout); every finished item is already fsync'd, so leave now.
@@ -294,11 +296,21 @@ def _ray_batch(images, manifest, out, query, reference, lm, api_base, config, of
         fail(_escape(str(exc)), EXIT_BAD_INPUT)
     except Exception as exc:  # noqa: BLE001 - one clear line, never a traceback
         fail(_escape(f"batch failed: {type(exc).__name__}: {exc}"), EXIT_FAILED)
+    _finish_batch(summary, as_json)
+
+
+def _finish_batch(summary, as_json: bool, exit: bool = True) -> int:
+    """Print the batch summary (JSON or a table) and map its status to the exit code (raised unless `exit=False`)."""
+    from agentic_iqa.cli.common import EXIT_OF_STATUS
+
+    code = EXIT_OF_STATUS[summary.status]
     if as_json:
-        typer.echo(json.dumps(summary.as_dict(), indent=2, ensure_ascii=False))
+        typer.echo(json.dumps({**summary.as_dict(), "exit_code": code}, indent=2, ensure_ascii=False))
     else:
         render_summary(summary)
-    raise typer.Exit(summary.exit_code)
+    if exit:
+        raise typer.Exit(code)
+    return code
 
 
 class _Progress:
