@@ -206,7 +206,7 @@ class ToolRegistry:
                 return True, "parameter file present"
             return True, "weights present" if spec.needs_weights else "weight-free"
         why = weights.describe_missing(spec, found, self.weights_dir)
-        if found.missing_files and not found.missing_modules and not self.offline:
+        if found.missing_files and not found.missing_modules and not found.model_file_missing and not self.offline:
             why += "; pyiqa downloads it on first use when online"
         return False, why
 
@@ -255,6 +255,8 @@ class ToolRegistry:
             raise DependencyMissingError(f"{spec.name}: {weights.describe_missing(spec, found, self.weights_dir)}", tool=spec.name)
         if found.missing_files:
             what = weights.describe_missing(spec, found, self.weights_dir)
+            if found.model_file_missing:
+                raise WeightsMissingError(f"{spec.name}: {what}", tool=spec.name)
             if self.offline:
                 raise WeightsMissingError(f"{spec.name}: {what}; offline mode is on, so nothing is downloaded", tool=spec.name)
             if not weights.can_reach_download_host():
@@ -275,6 +277,14 @@ class ToolRegistry:
 
         import pyiqa
         import torch
+
+        path = kwargs.get("pretrained_model_path")
+        if path and Path(path).suffix.lower() in (".pt", ".pth"):
+            try:  # pyiqa itself loads some checkpoints with weights_only=False: refuse anything but data first
+                torch.load(path, map_location="cpu", weights_only=True)
+            except Exception as exc:
+                raise ToolRunError(f"{spec.name}: model file {path} is not a plain tensor file ({type(exc).__name__}); "
+                                   "replace it (model files are data, never code)", tool=spec.name) from None
 
         try:
             # pyiqa prints progress ("Loading pretrained model …") to stdout; keep stdout for results.
