@@ -29,6 +29,7 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from iqa_tools.errors import ImageError
+from iqa_tools.files import MAX_IMAGE_FILE_BYTES, read_regular_file
 
 DEFAULT_MAX_PIXELS = 100_000_000  # decompression-bomb guard; configs/pipeline.yaml max_image_pixels
 
@@ -115,18 +116,11 @@ def read_source(src: Any, label: Optional[str] = None) -> ImageSource:
     if isinstance(src, str) and "://" in src[:12]:
         raise ImageError(f"{src}: URLs are not fetched; download the image first and pass the local file")
     if isinstance(src, (str, os.PathLike)):
-        path = Path(src).expanduser()
         name = label or str(src)
-        if not path.exists():
-            raise ImageError(f"{name}: file not found; check the path")
-        if path.is_dir():
-            raise ImageError(f"{name}: is a directory, not an image file")
         try:
-            data = path.read_bytes()
-        except PermissionError:
-            raise ImageError(f"{name}: permission denied; make the file readable (chmod +r)") from None
-        except OSError as exc:
-            raise ImageError(f"{name}: cannot be read ({exc.strerror or exc})") from None
+            data = read_regular_file(src, name, MAX_IMAGE_FILE_BYTES, "an image file")
+        except ValueError as exc:
+            raise ImageError(str(exc)) from None
         if not data:
             raise ImageError(f"{name}: file is empty (0 bytes); re-export or re-download the image")
         return ImageSource(label=name, data=data)

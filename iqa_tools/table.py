@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from iqa_tools.categories import STRENGTHS, StrengthName
 from iqa_tools.errors import ToolTableError
+from iqa_tools.files import MAX_TOOL_FILE_BYTES, read_regular_file
 
 BUNDLED_TABLE = Path(__file__).with_name("tools.yaml")
 
@@ -102,9 +103,10 @@ class ToolTable(BaseModel):
 
 def _read(path: Path) -> dict:
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ToolTableError(f"tool file {path}: cannot be read ({exc.strerror or exc})") from None
+        text = read_regular_file(path, f"tool file {path}", MAX_TOOL_FILE_BYTES, "a tool file").decode("utf-8")
+    except ValueError as exc:  # includes UnicodeDecodeError
+        msg = f"tool file {path}: not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else str(exc)
+        raise ToolTableError(msg) from None
     try:
         data = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
     except (yaml.YAMLError, json.JSONDecodeError) as exc:
