@@ -37,6 +37,9 @@ class ToolSpec(BaseModel):
     model_path: Optional[str] = None
     metric_kwargs: dict[str, Any] = {}
     min_side: int = Field(32, ge=1)
+    # Larger images are scored on a downscaled copy (aspect kept) of at most this many pixels: IQA tools are
+    # defined at a scale, and memory grows with pixels (MS-SSIM takes 4.8 GB at 4 MP). See benchmarks/memory_bench.py.
+    working_pixels: int = Field(2_000_000, ge=4096)
     version: str = "1"
     notes: str = ""
     source: Optional[str] = None  # the file the entry came from (set by the loader)

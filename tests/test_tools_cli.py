@@ -87,7 +87,7 @@ def test_run_fallback_json():
         (("run", "MUSIQ", "example:chelsea"), EXIT_FAILED, "musiq_koniq_ckpt-e95806b9.pth"),
         (("run", "CLIPIQA", "example:chelsea"), EXIT_FAILED, "[metrics] extra"),
         (("run", "PIQE", "example:chelsea", "--device", "gpu0"), EXIT_BAD_INPUT, "unknown device"),
-        (("list", "--tools-file", "/no/such.yaml"), EXIT_BAD_INPUT, "cannot be read"),
+        (("list", "--tools-file", "/no/such.yaml"), EXIT_BAD_INPUT, "file not found"),
         (("list", "--mode", "XR"), 2, "Invalid value"),
     ],
 )

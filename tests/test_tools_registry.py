@@ -350,3 +350,18 @@ def test_availability_is_reused_then_rechecked(tmp_path, monkeypatch):
     assert r.availability("MUSIQ")[0] is False  # still the remembered answer
     monkeypatch.setattr(registry_module, "AVAILABILITY_TTL", 0.0)
     assert r.availability("MUSIQ") == (True, "weights present")
+
+
+def test_large_images_are_scored_at_the_tool_working_size(tmp_path):
+    rng = np.random.default_rng(1)
+    big = tmp_path / "big.png"
+    arr = (rng.random((1500, 2000, 3)) * 255).astype(np.uint8)  # 3 MP
+    Image.fromarray(arr).save(big)
+    r = ToolRegistry(cache=False, offline=True, device="cpu")
+    piqe = r.score("PIQE", big)  # default working size 2,000,000 px
+    assert piqe.working_size == (1632, 1224) and any("downscaled from 2000×1500" in n for n in piqe.notes)
+    assert piqe.to_log().working_size == (1632, 1224)
+    fr = r.score("MS-SSIM", big, big)  # 1,000,000 px for MS-SSIM; image and reference alike
+    assert fr.working_size == (1154, 866) and fr.raw_score == pytest.approx(1.0, abs=1e-6)
+    small = r.score("PIQE", Image.fromarray(arr[:600, :800]))
+    assert small.working_size == (800, 600) and not any("downscaled" in n for n in small.notes)
