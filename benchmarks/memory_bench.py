@@ -24,8 +24,11 @@ reg = ToolRegistry(cache=False, offline=True, device="cpu")
 rows = []
 for spec in reg.available_tools():
     t = time.perf_counter()
-    s = reg.score(spec.name, img, ref if spec.mode == "FR" else None)
-    rows.append({"tool": spec.name, "working_size": s.working_size, "seconds": round(time.perf_counter() - t, 1),
+    try:
+        ws = reg.score(spec.name, img, ref if spec.mode == "FR" else None).working_size
+    except Exception as exc:  # a tool's own failure (e.g. a NaN score) is reported, the others still run
+        ws = [type(exc).__name__]
+    rows.append({"tool": spec.name, "working_size": ws, "seconds": round(time.perf_counter() - t, 1),
                  "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)})
 print(json.dumps(rows))
 """
