@@ -16,7 +16,12 @@ Names are imported lazily so that `import agentic_iqa` (and the CLI's --help) st
 """
 from __future__ import annotations
 
+import logging as _logging
+
 __version__ = "0.1.0"
+
+# A library leaves logging configuration to the application: no output unless the application sets up logging.
+_logging.getLogger(__name__).addHandler(_logging.NullHandler())
 __all__ = ["assess", "assess_async", "assess_many", "create_assessor", "load_settings", "Settings", "Assessor",
            "AssessmentResult", "__version__"]
 

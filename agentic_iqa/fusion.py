@@ -311,7 +311,8 @@ class ScoreFusion:
                 raise _FusionFailure(f"all {len(raw)} tool scores are invalid: {raw}")
             logger.info("Tool scores: %s", [round(s, 4) for s in valid])
             logger.info("Tool score count: %d", len(valid))
-            logger.info("VLM probabilities: %s (%s)", _fmt(p), extraction.mode_used)
+            source = "Offline analyst's level distribution" if extraction.mode_used == "analyst" else "VLM probabilities"
+            logger.info("%s: %s (%s)", source, _fmt(p), extraction.mode_used)
             if valid:
                 qbar: Optional[float] = float(np.mean(valid))
                 logger.info("Tool score mean: %.2f", qbar)

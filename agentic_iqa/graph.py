@@ -129,6 +129,35 @@ def default_tools(ctx: AssessmentContext, distortion_set: Optional[dict[str, lis
     return {obj: {d: preferred for d in (dists or [OVERALL])} for obj, dists in targets.items()}
 
 
+def prefer_fr_tools(ctx: AssessmentContext, selected: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+    """With a reference, FR tools are preferred (spec 000): each NR pick is replaced by the best available FR
+    tool for its distortion (one listing it among its strengths, else the generic FR default), and the
+    replacement is recorded. A tool the query names is kept as asked (a plan's required tool never gets here)."""
+    if not ctx.has_reference or not selected:
+        return selected
+    fr = ctx.registry.available_tools("FR")
+    if not fr:
+        return selected
+    fallback = next((s.name for s in fr if s.name == "TOPIQ_FR"), fr[0].name)
+    words = set(re.findall(r"[a-z0-9_]+", ctx.query.lower()))
+    out: dict[str, dict[str, str]] = {}
+    replaced: list[str] = []
+    for obj, by_dist in selected.items():
+        out[obj] = {}
+        for dist, tool in by_dist.items():
+            keep = tool.lower() in words or ctx.registry.spec(tool).mode == "FR"
+            if keep:
+                out[obj][dist] = tool
+                continue
+            best = next((s.name for s in fr if dist in s.strengths), fallback)
+            out[obj][dist] = best
+            replaced.append(f"{obj}/{dist}: {tool} → {best}")
+    if replaced:
+        ctx.trace.add("select", "note", "a reference is given, so full-reference tools replace no-reference picks "
+                      "(name a tool in the query to keep it): " + "; ".join(replaced))
+    return out
+
+
 def _select(state, ctx, roles):
     plan: PlannerOutput = state["plan"]
     dset = state.get("distortion_set")
@@ -151,6 +180,8 @@ def _select(state, ctx, roles):
         selected = default_tools(ctx, dset)
     if selected is not None and not any(selected.values()):
         selected = None
+    if selected is not None and not plan.required_tool:
+        selected = prefer_fr_tools(ctx, selected)
     return {"selected_tools": selected}
 
 

@@ -2,6 +2,8 @@
 
 Importing this package does not import torch or pyiqa; they load when a tool first runs.
 """
+import logging as _logging
+
 from iqa_tools.cache import ToolCache
 from iqa_tools.errors import (
     DependencyMissingError,
@@ -43,3 +45,6 @@ __all__ = [
     "example_image",
     "load_image",
 ]
+
+# A library leaves logging configuration to the application (see agentic_iqa/__init__.py).
+_logging.getLogger(__name__).addHandler(_logging.NullHandler())

@@ -243,3 +243,45 @@ def test_create_assessor_is_a_reusable_callable(images):
     first, second = iqa(images[0]), iqa(images[0], "Is the image noisy?")
     assert first.backend == "offline analyst" and 1.0 <= first.score <= 5.0
     assert second.mode == "answer" and iqa.registry is iqa.registry  # one registry for every call
+
+
+def test_with_a_reference_an_nr_pick_is_replaced_by_an_fr_tool_and_recorded(settings, registry, images):
+    img, ref = images
+    routes = {
+        "plan": valid_reply("plan"), "detect": valid_reply("detect"), "analyze": valid_reply("analyze"),
+        "select": SELECT_PIQE, "score": Reply(valid_reply("score", level="B"), level_logprobs=LOGPROBS),
+    }
+    result, _ = run(settings, registry, routes, img, "Rate the quality of this photo", reference=ref)
+    used = {t for d in result.evidence.selected_tools.values() for t in d.values()}
+    assert used and all(registry.spec(t).mode == "FR" for t in used), used
+    assert "PIQE" not in {lg.tool_name for lg in result.evidence.tool_logs}
+    assert any("full-reference tools replace" in n and "PIQE →" in n for n in result.notes), result.notes
+    # Named in the query, the NR tool is kept.
+    result, _ = run(settings, registry, routes, img, "Rate this photo with PIQE", reference=ref)
+    assert {t for d in result.evidence.selected_tools.values() for t in d.values()} == {"PIQE"}
+    assert not any("full-reference tools replace" in n for n in result.notes)
+
+
+@pytest.mark.parametrize("query", [
+    "Is the image blurry? A. Yes B. No",
+    "Is the image blurry?\n(A) Yes\n(B) No",
+    "Is the image blurry? A) Yes B) No",
+])
+def test_mcq_answer_is_held_to_the_offered_options_with_its_probability(settings, registry, images, query):
+    from agentic_iqa.agents.planner_rules import mcq_options
+
+    assert mcq_options(query) == {"A": "Yes", "B": "No"}
+    img, _ = images
+    plan = valid_reply("plan", query_type="MCQ", plan={"distortion_detection": False, "distortion_analysis": False,
+                                                       "tool_selection": False, "tool_execution": False})
+    result, vlm = run(settings, registry, {
+        "plan": plan,
+        "explain": [valid_reply("explain", final_answer="C"),
+                    Reply(valid_reply("explain", final_answer="B"), field="final_answer",
+                          level_logprobs={"A": -1.6, "B": -0.25, "C": -3.0})],
+    }, img, query)
+    assert vlm.count("explain") == 2 and "offered options (A, B)" in vlm.calls_for("explain")[1].system
+    assert result.answer == "B" and result.retries >= 1
+    note = next(n for n in result.notes if "over the offered options" in n)
+    pa, pb = math.exp(-1.6), math.exp(-0.25)
+    assert f"probability {pb / (pa + pb):.2f}" in note and "C" not in note.split("(")[1]

@@ -8,6 +8,7 @@ the `Facts` its validator checks the reply against as an explicit input. The mod
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping, Optional
@@ -28,6 +29,7 @@ class Facts:
     known_tools: list[str] = field(default_factory=list)
     allowed_tools: dict[str, str] = field(default_factory=dict)  # tool -> "" if usable here, else why not
     distortion_set: Optional[dict[str, list[str]]] = None
+    options: tuple[str, ...] = ()  # the letters a multiple-choice query offers ("A", "B", …)
 
 
 def check_plan(pred: dspy.Prediction, facts: Facts) -> dspy.Prediction:
@@ -50,6 +52,20 @@ def check_selection(pred: dspy.Prediction, facts: Facts) -> dspy.Prediction:
         usable = sorted(t for t, why in allowed.items() if not why)
         raise ValueError("; ".join(problems) + f". Choose only from: {usable}")
     pred.selected_tools = assignment
+    return pred
+
+
+def check_answer(pred: dspy.Prediction, facts: Optional[Facts]) -> dspy.Prediction:
+    """A multiple-choice answer must be one of the offered letters ('B', '(B)', 'B. No' read as 'B')."""
+    if facts is None or not facts.options or not hasattr(pred, "final_answer"):
+        return pred
+    text = str(pred.final_answer or "").strip()
+    m = re.match(r"^[\s\"'(]*([A-Za-z])(?:[\s.)\"':]|$)", text)
+    letter = m.group(1).upper() if m else None
+    if letter not in facts.options:
+        raise ValueError(f"final_answer must be the letter of one of the offered options "
+                         f"({', '.join(facts.options)}), got {text[:40]!r}")
+    pred.final_answer = letter
     return pred
 
 
@@ -89,7 +105,7 @@ AGENT_MODULES: Mapping[str, ModuleSpec] = MappingProxyType({
                           "analyze: 1 - severity steps off / 4", "analyze.jsonl"),
     "select": ModuleSpec({"select": "step"}, "executor", check_selection,
                          "select: acceptable tool 1, right FR/NR kind 0.4", "select.jsonl"),
-    "summarize": ModuleSpec({"explain": "explain", "score": "score"}, "summarizer", None,
+    "summarize": ModuleSpec({"explain": "explain", "score": "score"}, "summarizer", check_answer,
                             "explain: answer 0.9 + replan 0.1; score: 0.9 x (1 - level error / 4) + replan 0.1",
                             "summarize.jsonl"),
 })

@@ -53,7 +53,8 @@ _NOT_OBJECTS = {
     "less", "left", "right", "top", "bottom", "first", "second", "other", "given", "above", "below", "way",
     "visual", "perceived", "perceptual", "general", "technical", "amount", "degree", "severity", "level",
 }
-_MCQ_OPTION = re.compile(r"(?:^|\s)([A-F])[.)]\s*([^\n]+?)(?=\s+[A-F][.)]\s|$)", re.S)
+# "A. Yes", "A) Yes" or "(A) Yes", one per line or inline.
+_MCQ_OPTION = re.compile(r"(?:^|\s)\(?([A-F])[.)]\s*([^\n]+?)(?=\s+\(?[A-F][.)]\s|$)", re.S | re.M)
 
 
 def mcq_options(query: str) -> dict[str, str]:

@@ -7,6 +7,7 @@ their results into the shared state models. Model mistakes are retried with feed
 """
 from __future__ import annotations
 
+import math
 import os
 from typing import Any, Optional
 
@@ -15,6 +16,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 import dspy  # noqa: E402
 
 from agentic_iqa.agents.context import AssessmentContext  # noqa: E402
+from agentic_iqa.agents.planner_rules import mcq_options  # noqa: E402
 from agentic_iqa.agents.modules import AGENT_MODULES, MODULE_NAMES, AgentModule, Facts  # noqa: E402,F401
 from agentic_iqa.agents.structured import StructuredResult  # noqa: E402
 from agentic_iqa.agents.tool_execution import unique_tool_scores  # noqa: E402
@@ -28,6 +30,22 @@ from signatures.models import (  # noqa: E402
     PlannerOutput,
     SummarizerOutput,
 )
+
+def _option_probabilities(pred, options: tuple[str, ...]) -> str:
+    """The answer's probability over the offered letters, from the answer token's log-probs."""
+    reading = read_level_logprobs(pred, field="final_answer")
+    if reading is None:
+        return f"answer {pred.final_answer} of {', '.join(options)}: the provider returned no log-probs for it"
+    ranked = {x: lp for x, lp in reading.logprobs.items() if x in options and x in reading.ranked}
+    if not ranked:
+        return f"answer {pred.final_answer} of {', '.join(options)}: no offered letter was ranked at that token"
+    top = max(ranked.values())
+    weights = {x: math.exp(ranked[x] - top) if x in ranked else 0.0 for x in options}
+    total = sum(weights.values())
+    probs = ", ".join(f"{x} {weights[x] / total:.2f}" for x in options)
+    return (f"answer {pred.final_answer} with probability {weights.get(pred.final_answer, 0.0) / total:.2f} "
+            f"over the offered options ({probs}), from the answer token's log-probs")
+
 
 class VLMRoles:
     """Roles played by the configured VLM(s); `offline` takes over when the LM is unreachable."""
@@ -136,10 +154,14 @@ class VLMRoles:
 
     def summarize(self, ctx: AssessmentContext, plan: PlannerOutput, evidence: ExecutorOutput) -> SummarizerOutput:
         inputs = dict(query=ctx.query, image=self._image(ctx), evidence=format_evidence(evidence))
-        result = self._call(ctx, "summarizer", "summarize", part="score" if ctx.scoring else "explain", **inputs)
+        options = () if ctx.scoring else tuple(mcq_options(ctx.query))
+        result = self._call(ctx, "summarizer", "summarize", Facts(options=options),
+                            part="score" if ctx.scoring else "explain", **inputs)
         if not result.ok:
             raise ValueError("the summarizer returned no valid answer: " + (result.errors[-1][:300] if result.errors else ""))
         pred = result.prediction
+        if options:
+            ctx.trace.add("summarizer", "note", _option_probabilities(pred, options))
         if not ctx.scoring:
             return SummarizerOutput(
                 final_answer=pred.final_answer,

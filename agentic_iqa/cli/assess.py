@@ -15,7 +15,7 @@ from typing import List, Optional
 
 import typer
 
-from agentic_iqa.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, fail
+from agentic_iqa.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, fail, flag, DEVICE_HELP, WEIGHTS_DIR_HELP
 
 
 def assess_command(
@@ -29,25 +29,27 @@ def assess_command(
     lm: Optional[str] = typer.Option(None, "--lm", help="DSPy model string for all three roles, e.g. openai/gpt-4o."),
     api_base: Optional[str] = typer.Option(None, "--api-base", help="Base URL of an OpenAI-compatible server."),
     config: Optional[Path] = typer.Option(None, "--config", help="Folder holding pipeline.yaml / model_backends.yaml."),
-    offline: bool = typer.Option(False, "--offline", help="Use the offline analyst even if an LM is configured."),
+    device: Optional[str] = typer.Option(None, "--device", help=DEVICE_HELP),
+    weights_dir: Optional[Path] = typer.Option(None, "--weights-dir", help=WEIGHTS_DIR_HELP),
+    offline: bool = flag("--offline", help="Use the offline analyst even if an LM is configured."),
     mode: str = typer.Option("auto", "--mode", help="auto | score | answer."),
     program: List[str] = typer.Option([], "--program", help="Compiled program JSON to use (repeatable)."),
-    no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the tool-score cache."),
-    resize_reference: bool = typer.Option(False, "--resize-reference", help="Resize a reference of another size to the image's size instead of refusing it."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON document instead of the summary (a batch: the batch summary)."),
+    no_cache: bool = flag("--no-cache", help="Do not read or write the tool-score cache."),
+    resize_reference: bool = flag("--resize-reference", help="Resize a reference of another size to the image's size instead of refusing it."),
+    as_json: bool = flag("--json", help="Print one JSON document instead of the summary (a batch: the batch summary)."),
     save_trace: Optional[Path] = typer.Option(None, "--save-trace", help="Also write the full result with its trace to this JSON file (one image)."),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="Show timings, tool logs and the trace."),
+    verbose: bool = flag("--verbose", "-v", help="Show timings, tool logs and the trace."),
     # ── batches ──
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Batch results file (JSONL, one line per image, written as each finishes)."),
     manifest: Optional[Path] = typer.Option(None, "--manifest", "-m", help="Assess the rows of an eval manifest (JSONL; paths relative to it)."),
-    recursive: bool = typer.Option(False, "--recursive", "-R", help="Also take images from subfolders of the folders given."),
-    resume: bool = typer.Option(False, "--resume", help="Continue --out: skip images that already have a result line (and repair a cut-off last line)."),
-    retry_failed: bool = typer.Option(False, "--retry-failed", help="Like --resume, and run again the images that failed before."),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Start --out afresh even if it holds results."),
+    recursive: bool = flag("--recursive", "-R", help="Also take images from subfolders of the folders given."),
+    resume: bool = flag("--resume", help="Continue --out: skip images that already have a result line (and repair a cut-off last line)."),
+    retry_failed: bool = flag("--retry-failed", help="Like --resume, and run again the images that failed before."),
+    overwrite: bool = flag("--overwrite", help="Start --out afresh even if it holds results."),
     concurrency: int = typer.Option(4, "--concurrency", "-j", min=1, max=64, help="Images assessed at once (LM calls overlap; tool runs take turns)."),
-    allow_absolute: bool = typer.Option(False, "--allow-absolute", help="Let manifest paths point outside the manifest's folder (absolute paths, '..', symlinks)."),
-    with_trace: bool = typer.Option(False, "--with-trace", help="Keep each result's full trace in the results file."),
-    no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar (it is shown only on a terminal anyway)."),
+    allow_absolute: bool = flag("--allow-absolute", help="Let manifest paths point outside the manifest's folder (absolute paths, '..', symlinks)."),
+    with_trace: bool = flag("--with-trace", help="Keep each result's full trace in the results file."),
+    no_progress: bool = flag("--no-progress", help="No progress bar (it is shown only on a terminal anyway)."),
     # ── scale-out ──
     engine: str = typer.Option("local", "--engine", help="local | ray: run the batch on a Ray cluster (needs the [ray] extra); --out is then a folder of result shards."),
     address: Optional[str] = typer.Option(None, "--address", help="With --engine ray: the cluster to join (auto, ray://host:10001); default: start Ray on this machine."),
@@ -61,6 +63,8 @@ def assess_command(
     if mode not in {"auto", "score", "answer"}:
         fail(f"--mode must be auto, score or answer (got {mode!r})")
     images = list(images or [])
+    _refuse_flag_values(images)
+    tool_options = (device, weights_dir)
     if resume and overwrite:
         fail("--resume and --overwrite contradict each other; choose one")
     is_batch = manifest is not None or out is not None or len(images) > 1 or (len(images) == 1 and Path(images[0]).is_dir())
@@ -71,7 +75,7 @@ def assess_command(
             if given:
                 fail(f"{flag} is for batches: it needs --out results.jsonl")
         _single(images[0], query, reference, lm, api_base, config, offline, mode, program, no_cache,
-                resize_reference, as_json, save_trace, verbose)
+                resize_reference, as_json, save_trace, verbose, tool_options)
         return
     if out is None:
         what = f"{images[0]} is a folder" if len(images) == 1 and not manifest else "several images (or a manifest) make a batch"
@@ -85,13 +89,13 @@ def assess_command(
     if engine == "ray":
         _ray_batch(images, manifest, out, query, reference, lm, api_base, config, offline, mode, program, no_cache,
                    resize_reference, as_json, recursive, resume, retry_failed, overwrite, concurrency, allow_absolute,
-                   address, fmt)
+                   address, fmt, tool_options)
         return
     if address is not None or fmt != "jsonl":
         fail("--address and --format are for --engine ray")
     _batch(images, manifest, out, query, reference, lm, api_base, config, offline, mode, program, no_cache,
            resize_reference, as_json, recursive, resume, retry_failed, overwrite, concurrency, allow_absolute,
-           with_trace, no_progress or as_json)
+           with_trace, no_progress or as_json, tool_options)
 
 
 def _escape(text: str) -> str:
@@ -100,10 +104,23 @@ def _escape(text: str) -> str:
     return escape(text)  # paths and messages may hold "[...]": print them literally
 
 
-def _settings(lm, api_base, config, offline, programs):
+_FLAG_WORDS = {"true", "false", "yes", "no", "on", "off", "1", "0"}
+
+
+def _refuse_flag_values(images: List[str]) -> None:
+    """`--offline true`: flags take no value, so the word would be read as an image; say so instead."""
+    for word in images:
+        if word.lower() in _FLAG_WORDS and not Path(word).exists():
+            fail(f"{word!r} is not an image: flags such as --offline, --json or --verbose take no value "
+                 f"(write --offline, not --offline {word})")
+
+
+def _settings(lm, api_base, config, offline, programs, tool_options=(None, None)):
+    from agentic_iqa.cli.common import with_tool_options
     from agentic_iqa.config import load_settings
 
-    settings = load_settings(config, lm=lm, api_base=api_base, backend="offline" if offline else None)
+    settings = with_tool_options(load_settings(config, lm=lm, api_base=api_base, backend="offline" if offline else None),
+                                 *tool_options)
     for spec in programs:
         module, _, path = spec.rpartition("=")
         if not module:
@@ -118,12 +135,12 @@ def _settings(lm, api_base, config, offline, programs):
 
 
 def _single(image, query, reference, lm, api_base, config, offline, mode, program, no_cache, resize_reference,
-            as_json, save_trace, verbose) -> None:
+            as_json, save_trace, verbose, tool_options=(None, None)) -> None:
     from agentic_iqa.config import ConfigError
 
     try:
         result = _run(image, query, reference, lm, api_base, config, offline, mode, program, no_cache,
-                      verbose and not as_json, resize_reference)
+                      verbose and not as_json, resize_reference, tool_options)
     except typer.Exit:
         raise
     except ConfigError as exc:
@@ -142,7 +159,7 @@ def _single(image, query, reference, lm, api_base, config, offline, mode, progra
 
 
 def _run(image, query, reference, lm, api_base, config, offline, mode, programs, no_cache, show_progress,
-         resize_reference=False):
+         resize_reference=False, tool_options=(None, None)):
     from agentic_iqa.api import Assessor
     from iqa_tools.examples import resolve_example
 
@@ -150,7 +167,7 @@ def _run(image, query, reference, lm, api_base, config, offline, mode, programs,
     reference_path = resolve_example(reference) if reference else None
     from agentic_iqa.cli.compile import lm_or_demo
 
-    assessor = Assessor(_settings(lm, api_base, config, offline, programs), make_lm=lm_or_demo)
+    assessor = Assessor(_settings(lm, api_base, config, offline, programs, tool_options), make_lm=lm_or_demo)
     kw = dict(mode=mode, use_cache=not no_cache, resize_reference=resize_reference)
     if not show_progress:
         return assessor.assess(image_path, query, reference_path, **kw)
@@ -193,7 +210,7 @@ def render(result, verbose: bool = False) -> None:
         t = Table(title="Tools")
         for col in ("tool", "for", "raw", "score 1–5", "time", "note"):
             t.add_column(col)
-        for lg in ev.tool_logs:
+        for lg, serves in tool_runs(ev.tool_logs):
             note = "cached" if lg.cached else ""
             if lg.fallback:
                 note = f"fallback for {lg.fallback_for}"
@@ -201,7 +218,7 @@ def render(result, verbose: bool = False) -> None:
                 note = f"[red]{escape(lg.error[:80])}[/]"
             raw = "–" if lg.raw_score != lg.raw_score else f"{lg.raw_score:.4g}"
             norm = "–" if lg.normalized_score != lg.normalized_score else f"{lg.normalized_score:.2f}"
-            t.add_row(lg.tool_name, escape(f"{lg.object_name}/{lg.distortion}"), raw, norm, f"{lg.execution_time * 1000:.0f} ms", note)
+            t.add_row(lg.tool_name, escape(", ".join(serves)), raw, norm, f"{lg.execution_time * 1000:.0f} ms", note)
         con.print(t)
     if r.prob_mode:
         con.print(f"[dim]fusion: {r.prob_mode} probabilities — {escape(r.prob_source or '')}[/]")
@@ -215,19 +232,33 @@ def render(result, verbose: bool = False) -> None:
         con.print(f"[dim]timings: {escape(json.dumps(result.timings))} · total {result.total_seconds:.2f} s · LM calls {result.lm_calls} · retries {result.retries} · replans {result.replans}[/]")
 
 
+def tool_runs(logs) -> list:
+    """One entry per tool run: the executor logs a run once per (object, distortion) it serves, with the
+    same score and time; the table shows the run once with everything it served."""
+    runs: dict = {}
+    for lg in logs:
+        key = (lg.tool_name, repr(lg.raw_score), lg.execution_time,
+               lg.cached, lg.fallback_for, lg.error)
+        first, serves = runs.setdefault(key, (lg, []))
+        label = f"{lg.object_name}/{lg.distortion}"
+        if label not in serves:
+            serves.append(label)
+    return list(runs.values())
+
+
 # ── batches ─────────────────────────────────────────────────────────────────────────────────────
 
 
 def _batch(images, manifest, out, query, reference, lm, api_base, config, offline, mode, program, no_cache,
            resize_reference, as_json, recursive, resume, retry_failed, overwrite, concurrency, allow_absolute,
-           with_trace, quiet) -> None:
+           with_trace, quiet, tool_options=(None, None)) -> None:
     from agentic_iqa.api import Assessor
     from agentic_iqa.batch import BatchError, run_batch
     from agentic_iqa.config import ConfigError
     from iqa_tools import ImageError
 
     try:
-        settings = _settings(lm, api_base, config, offline, program)
+        settings = _settings(lm, api_base, config, offline, program, tool_options)
         items, problems, notes = _items(images, manifest, query, reference, mode, recursive, allow_absolute)
         from agentic_iqa.cli.compile import lm_or_demo
 
@@ -276,7 +307,7 @@ def _items(images, manifest, query, reference, mode, recursive, allow_absolute):
 
 def _ray_batch(images, manifest, out, query, reference, lm, api_base, config, offline, mode, program, no_cache,
                resize_reference, as_json, recursive, resume, retry_failed, overwrite, concurrency, allow_absolute,
-               address, fmt) -> None:
+               address, fmt, tool_options=(None, None)) -> None:
     """`--engine ray`: the batch on Ray Data (agentic_iqa.distributed), shards in the folder --out."""
     from agentic_iqa.batch import BatchError
     from agentic_iqa.config import ConfigError
@@ -285,7 +316,7 @@ def _ray_batch(images, manifest, out, query, reference, lm, api_base, config, of
     try:
         from agentic_iqa.distributed import run_cli_batch
 
-        settings = _settings(lm, api_base, config, offline, program)
+        settings = _settings(lm, api_base, config, offline, program, tool_options)
         items, problems, notes = _items(images, manifest, query, reference, mode, recursive, allow_absolute)
         summary = run_cli_batch(items, out, settings, address=address, fmt=fmt, resume=resume, retry_failed=retry_failed,
                                 overwrite=overwrite, concurrency=concurrency, use_cache=not no_cache,

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from agentic_iqa.cli.common import EXIT_BAD_INPUT, EXIT_PARTIAL, fail, setup_logging
+from agentic_iqa.cli.common import EXIT_BAD_INPUT, EXIT_PARTIAL, fail, flag, setup_logging, with_tool_options, DEVICE_HELP, WEIGHTS_DIR_HELP
 
 app = typer.Typer(help="Make the synthetic benchmark.", no_args_is_help=True, add_completion=False)
 
@@ -18,7 +18,7 @@ def make_command(
     seed: int = typer.Option(0, "--seed", help="Same seed → byte-identical benchmark."),
     refs: Optional[list[str]] = typer.Option(None, "--ref", help="Reference image names (repeatable; default: all)."),
     types: Optional[list[str]] = typer.Option(None, "--type", help="Distortion types (repeatable; default: all)."),
-    no_mcq: bool = typer.Option(False, "--no-mcq", help="Do not add multiple-choice question rows."),
+    no_mcq: bool = flag("--no-mcq", help="Do not add multiple-choice question rows."),
 ) -> None:
     """Generate the KADID-style synthetic benchmark from scikit-image's sample photos (offline, deterministic)."""
     from rich.console import Console
@@ -40,13 +40,15 @@ def eval_command(
     split: str = typer.Option("test", "--split", help="test | train | all rows of the manifest."),
     limit: Optional[int] = typer.Option(None, "--limit", help="Only the first N rows (after the split filter)."),
     lm: Optional[str] = typer.Option(None, "--lm", help="DSPy model string; default: the configured LM, else offline."),
-    api_base: Optional[str] = typer.Option(None, "--api-base"),
-    config: Optional[Path] = typer.Option(None, "--config"),
-    offline: bool = typer.Option(False, "--offline", help="Use the offline analyst."),
+    api_base: Optional[str] = typer.Option(None, "--api-base", help="Base URL of an OpenAI-compatible server."),
+    config: Optional[Path] = typer.Option(None, "--config", help="Folder holding pipeline.yaml / model_backends.yaml."),
+    device: Optional[str] = typer.Option(None, "--device", help=DEVICE_HELP),
+    weights_dir: Optional[Path] = typer.Option(None, "--weights-dir", help=WEIGHTS_DIR_HELP),
+    offline: bool = flag("--offline", help="Use the offline analyst."),
     concurrency: int = typer.Option(1, "--concurrency", min=1, help="Items assessed at once (useful with a remote LM)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    as_json: bool = flag("--json", help="Print the report as JSON."),
     plot_path: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG of score vs level per type."),
-    verbose: bool = typer.Option(False, "--verbose", "-v"),
+    verbose: bool = flag("--verbose", "-v", help="Show log lines (INFO and above) while evaluating."),
 ) -> None:
     """Assess every manifest row and report SRCC/KRCC/PLCC, intra-group SRCC, detection and MCQ accuracy."""
     from rich.console import Console
@@ -62,7 +64,8 @@ def eval_command(
     if not manifest.is_file():
         fail(f"manifest {manifest} does not exist (make one with `agentic-iqa bench make DIR`)")
     try:
-        assessor = Assessor(load_settings(config, lm=lm, api_base=api_base, backend="offline" if offline else None))
+        settings = load_settings(config, lm=lm, api_base=api_base, backend="offline" if offline else None)
+        assessor = Assessor(with_tool_options(settings, device, weights_dir))
     except ConfigError as exc:
         fail(str(exc))
     modes = ["nr", "fr"] if mode == "both" else [mode]

@@ -16,6 +16,26 @@ EXIT_INTERRUPTED = 130  # a batch stopped by Ctrl-C: finished items are saved; c
 EXIT_OF_STATUS = {"ok": EXIT_OK, "partial": EXIT_PARTIAL, "stopped": EXIT_BAD_INPUT, "interrupted": EXIT_INTERRUPTED}
 
 
+def flag(*names: str, help: str, default: bool = False):
+    """A boolean option that reads as a flag in --help: typer 0.29's rich help prints every option's
+    type (`<bool>`), which made `--offline` look as if it took a value (`--offline true`)."""
+    return typer.Option(default, *names, help=help, metavar="")
+
+
+#: `--device` / `--weights-dir`, shared by `assess`, `eval` and `tools run`.
+DEVICE_HELP = "Where the tools run: auto (CUDA, MPS, CPU), cpu, cuda, cuda:N, mps. Default: tools.device in the config."
+WEIGHTS_DIR_HELP = "Extra folder holding tools' pyiqa checkpoints. Default: tools.weights_dir in the config."
+
+
+def with_tool_options(settings, device=None, weights_dir=None):
+    """`settings` with the CLI's --device / --weights-dir applied to the tools' settings."""
+    update = {k: v for k, v in (("device", device), ("weights_dir", weights_dir)) if v is not None}
+    if update:
+        tools = settings.pipeline.tools.model_copy(update=update)
+        settings.pipeline = settings.pipeline.model_copy(update={"tools": tools})
+    return settings
+
+
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
     """Print one clear line to stderr (no traceback) and exit with `code`."""
     from rich.console import Console

@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 import typer
 
-from agentic_iqa.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, fail
+from agentic_iqa.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, fail, flag
 
 DEMO = "demo"
 DEMO_NOTE = ("demo LM: scripted answers from the fixtures' own labels, right with a probability that rises "
@@ -41,8 +41,8 @@ def compile_command(
     max_metric_calls: Optional[int] = typer.Option(None, "--max-metric-calls", help="gepa: stop after this many metric calls (instead of --budget)."),
     threads: int = typer.Option(1, "--threads", help="Parallel LM calls."),
     seed: int = typer.Option(0, "--seed", help="Seed for the optimizers' sampling."),
-    as_json: bool = typer.Option(False, "--json", help="Print a JSON summary instead of the table."),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="Log lines and the optimizers' own output."),
+    as_json: bool = flag("--json", help="Print a JSON summary instead of the table."),
+    verbose: bool = flag("--verbose", "-v", help="Log lines and the optimizers' own output."),
 ) -> None:
     """Tune an agent module's prompt (demos and/or instructions) on fixtures; report validation scores before and after."""
     # DSPy's optimizers draw tqdm bars of their own; ours replace them (tqdm reads this when first imported).
@@ -299,7 +299,7 @@ def record_command(
     split: str = typer.Option("train", "--split", help="train | val."),
     level: Optional[str] = typer.Option(None, "--level", help="The right quality level A-E (score mode); default: the pipeline's level."),
     answer: Optional[str] = typer.Option(None, "--answer", help="The right answer (question mode); default: the pipeline's answer."),
-    copy_images: bool = typer.Option(True, "--copy-images/--no-copy-images", help="Copy images into <out>/images (default) or refer to them where they are."),
+    copy_images: bool = flag("--copy-images/--no-copy-images", default=True, help="Copy images into <out>/images (default) or refer to them where they are."),
 ) -> None:
     """Turn saved assessments into fixture lines, to review and then compile with (--trainset/--valset)."""
     from rich.console import Console

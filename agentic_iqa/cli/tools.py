@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
-from agentic_iqa.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, fail
+from agentic_iqa.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, fail, flag, DEVICE_HELP, WEIGHTS_DIR_HELP
 
 if TYPE_CHECKING:
     from iqa_tools import ToolRegistry
@@ -32,7 +32,7 @@ class ModeChoice(str, Enum):
 
 
 TOOLS_FILE = typer.Option(None, "--tools-file", help="Your own tool file (YAML/JSON) merged over the bundled table; repeatable.")
-WEIGHTS_DIR = typer.Option(None, "--weights-dir", help="Extra folder holding tools' pyiqa checkpoints.")
+WEIGHTS_DIR = typer.Option(None, "--weights-dir", help=WEIGHTS_DIR_HELP)
 
 
 def _registry(tools_files: Optional[List[Path]], weights_dir: Optional[Path], device: Optional[str] = None, cache: bool = True) -> "ToolRegistry":
@@ -66,9 +66,9 @@ def _image_arg(value: str) -> str:
 
 @app.command("list")
 def list_tools(
-    available: bool = typer.Option(False, "--available", help="Only tools that can run on this machine."),
+    available: bool = flag("--available", help="Only tools that can run on this machine."),
     mode: Optional[ModeChoice] = typer.Option(None, "--mode", case_sensitive=False, help="Only FR or NR tools."),
-    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+    as_json: bool = flag("--json", help="Machine-readable output."),
     tools_file: Optional[List[Path]] = TOOLS_FILE,
     weights_dir: Optional[Path] = WEIGHTS_DIR,
 ) -> None:
@@ -134,10 +134,10 @@ def run_tool(
     tool: str = typer.Argument(..., help="Tool name, e.g. PIQE, NIQE, SSIM, TOPIQ_FR (case and -/_ do not matter)."),
     image: str = typer.Argument(..., help="Image file, or example:NAME for a bundled sample (e.g. example:chelsea)."),
     reference: Optional[str] = typer.Option(None, "--reference", "-r", help="Reference image (full-reference tools)."),
-    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
-    no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the score cache."),
-    device: Optional[str] = typer.Option(None, "--device", help="auto (CUDA, MPS, CPU), cpu, cuda, cuda:N, mps."),
-    fallback: bool = typer.Option(False, "--fallback", help="If the tool fails, run the fallback chain (NIQE, BRISQUE, best NR) as the agents do."),
+    as_json: bool = flag("--json", help="Machine-readable output."),
+    no_cache: bool = flag("--no-cache", help="Neither read nor write the score cache."),
+    device: Optional[str] = typer.Option(None, "--device", help=DEVICE_HELP),
+    fallback: bool = flag("--fallback", help="If the tool fails, run the fallback chain (NIQE, BRISQUE, best NR) as the agents do."),
     tools_file: Optional[List[Path]] = TOOLS_FILE,
     weights_dir: Optional[Path] = WEIGHTS_DIR,
 ) -> None:
@@ -195,7 +195,7 @@ def _print_logs(logs, image_path: str, as_json: bool) -> None:
 
 
 @cache_app.command("info")
-def cache_info(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
+def cache_info(as_json: bool = flag("--json", help="Machine-readable output.")) -> None:
     """Where the cache is, how many scores it holds, its size and limit."""
     try:
         info = _cache().info()

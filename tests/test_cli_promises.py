@@ -1,0 +1,114 @@
+"""Issue 12, CLI part: flags read as flags, every option explained, --device/--weights-dir where users need
+them, the library leaves logging alone, one tools-table row per tool run, honest labels in --verbose."""
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from agentic_iqa.cli import app
+from agentic_iqa.cli.assess import tool_runs
+from iqa_tools import ToolExecutionLog
+
+
+def _commands(group, path=()):
+    for name, cmd in group.commands.items():
+        if hasattr(cmd, "commands"):
+            yield from _commands(cmd, (*path, name))
+        else:
+            yield (*path, name), cmd
+
+
+def test_every_option_has_help_and_flags_take_no_value():
+    root = typer.main.get_command(app)
+    seen = 0
+    for path, cmd in _commands(root):
+        for param in cmd.params:
+            if param.param_type_name != "option":
+                continue
+            seen += 1
+            assert (param.help or "").strip(), f"{' '.join(path)} {param.opts[0]} has no help text"
+        out = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "200"}).output
+        rows = [line for line in out.splitlines() if "<bool>" in line and "--help" not in line]
+        assert not rows, f"{' '.join(path)} --help shows a flag as taking a value: {rows}"
+    assert seen > 40
+
+
+@pytest.mark.parametrize("word", ["true", "False", "yes"])
+def test_flag_followed_by_a_value_is_refused_in_one_line(word):
+    res = CliRunner().invoke(app, ["assess", "example:chelsea", "--offline", word])
+    assert res.exit_code == 2
+    assert "take no value" in res.output and "several images" not in res.output
+
+
+def test_flag_value_refused_through_a_subprocess():
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.run([sys.executable, "-c", "from agentic_iqa.cli import main; main()", "assess",
+                           "example:chelsea", "--offline", "true"], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 2
+    assert "--offline, not --offline true" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_assess_and_eval_take_device_and_weights_dir(tmp_path):
+    for cmd in ("assess", "eval"):
+        out = CliRunner().invoke(app, [cmd, "--help"], env={"COLUMNS": "200"}).output
+        assert "--device" in out and "--weights-dir" in out, cmd
+    res = CliRunner().invoke(app, ["assess", "example:chelsea", "--offline", "--no-cache", "--device", "cpu",
+                                   "--weights-dir", str(tmp_path), "--json", "--verbose"])
+    assert res.exit_code == 0, res.output
+    assert '"device": "cpu"' in res.output  # the tool runs were placed where asked
+
+
+def test_with_tool_options_sets_the_tools_settings(tmp_path):
+    from agentic_iqa.cli.common import with_tool_options
+    from agentic_iqa.config import load_settings
+
+    s = with_tool_options(load_settings(), "cpu", tmp_path)
+    assert s.pipeline.tools.device == "cpu" and s.pipeline.tools.weights_dir == tmp_path
+    before = load_settings()
+    assert with_tool_options(before).pipeline.tools == before.pipeline.tools
+
+
+def test_library_use_prints_no_log_lines(tmp_path):
+    """Used from Python, a warning inside the library reaches no handler unless the application adds one."""
+    code = ("import logging, agentic_iqa, iqa_tools\n"
+            "logging.getLogger('agentic_iqa.fusion').warning('library warning')\n"
+            "logging.getLogger('iqa_tools.registry').error('library error')\n"
+            "from agentic_iqa import assess\n"
+            "r = assess('example:chelsea', backend='offline')\n"
+            "print(r.level)\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "library warning" not in proc.stderr and "library error" not in proc.stderr
+    assert "WARNING" not in proc.stderr and "ERROR" not in proc.stderr
+
+
+def test_tools_table_has_one_row_per_tool_run():
+    run = ToolExecutionLog(tool_name="NIQE", raw_score=4.2, normalized_score=3.3, execution_time=0.5)
+    logs = [run.model_copy(update={"object_name": "Global", "distortion": d}) for d in ("Blur", "Noise", "Compression")]
+    other = ToolExecutionLog(tool_name="BRISQUE", distortion="Noise", raw_score=20.0, normalized_score=4.0, execution_time=0.2)
+    rows = tool_runs([*logs, other])
+    assert [(lg.tool_name, serves) for lg, serves in rows] == [
+        ("NIQE", ["Global/Blur", "Global/Noise", "Global/Compression"]), ("BRISQUE", ["Global/Noise"])]
+    failed = ToolExecutionLog(tool_name="NIQE", raw_score=math.nan, error="boom", execution_time=0.1)
+    assert len(tool_runs([*logs, failed])) == 2  # a different run of the same tool keeps its own row
+
+
+def test_verbose_offline_does_not_claim_vlm_probabilities(tmp_path):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "COLUMNS": "200"}
+    proc = subprocess.run([sys.executable, "-c", "from agentic_iqa.cli import main; main()", "assess", "example:chelsea",
+                           "--offline", "--verbose", "--no-cache"], capture_output=True, text=True, timeout=300, env=env,
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    both = proc.stdout + proc.stderr
+    assert "Offline analyst's level distribution" in both
+    assert "VLM probabilities" not in both
+    # the tools table: each tool once
+    table = [line for line in proc.stdout.splitlines() if line.startswith("│ NIQE")]
+    assert len(table) == 1, proc.stdout
