@@ -17,7 +17,7 @@ from typing import Any, Callable, Literal, Optional
 from pydantic import BaseModel
 
 from agentic_iqa.config import ConfigError, Settings, load_settings
-from agentic_iqa.state import ExecutorOutput, PlannerOutput, SummarizerOutput, Trace, TraceEvent
+from agentic_iqa.state import ExecutorOutput, PlannerOutput, SummarizerOutput, TraceEvent
 
 DEFAULT_SCORING_QUERY = "Rate the overall quality of this image."
 _RATING = re.compile(r"\b(rate|rating|score|grade|assess|evaluate|quality|how good|how bad)\b", re.I)
@@ -84,8 +84,11 @@ def prepare_query(query: Optional[str], max_chars: int) -> tuple[str, list[str]]
 class Assessor:
     """Reusable assessment engine for one configuration."""
 
-    def __init__(self, settings: Optional[Settings] = None, *, registry: Any = None, roles: Any = None):
+    def __init__(self, settings: Optional[Settings] = None, *, registry: Any = None, roles: Any = None,
+                 make_lm: Optional[Callable] = None):
+        """`make_lm(role_settings, role_name)` builds each role's LM (default `agentic_iqa.lm.build_lm`)."""
         self.settings = settings or load_settings()
+        self._make_lm = make_lm
         self._registry = registry
         self._roles = roles
         self._graph = None
@@ -112,7 +115,7 @@ class Assessor:
     def roles(self):
         with self._lock:
             if self._roles is None:
-                self._roles = make_roles(self.settings)
+                self._roles = make_roles(self.settings, self._make_lm)
             return self._roles
 
     @property
@@ -121,10 +124,7 @@ class Assessor:
             if self._graph is None:
                 from agentic_iqa.graph import build_graph
 
-                roles = self._roles if self._roles is not None else None
-                if roles is None:
-                    self._roles = roles = make_roles(self.settings)
-                self._graph = build_graph(roles)
+                self._graph = build_graph()
             return self._graph
 
     def assess(
@@ -147,6 +147,8 @@ class Assessor:
         image, reference = resolve_example(image), resolve_example(reference)  # "example:chelsea", as in the CLI
         p = self.settings.pipeline
         text, notes = prepare_query(query, p.max_query_chars)
+        if self.settings.config_files:
+            notes.append("configuration read from " + ", ".join(map(str, self.settings.config_files)))
         image_path = Path(image)
         reference_path = Path(reference) if reference is not None else None
         # Validate inputs up front: a clear error before any LM call is spent. Strings go to the loader
@@ -181,44 +183,34 @@ class Assessor:
         return result
 
     def _assess(self, image_path, reference_path, text, notes, mode, use_cache, on_event, t0) -> AssessmentResult:
-        from agentic_iqa.agents.context import AssessmentContext
+        from agentic_iqa.agents.context import GraphContext
 
         graph = self.graph
-        ctx = AssessmentContext(
-            query=text,
-            image_path=image_path,
-            reference_path=reference_path,
-            registry=self.registry,
-            settings=self.settings,
-            trace=Trace(),
-            scoring=(decide_mode(text) if mode == "auto" else mode) == "score",
-            use_cache=use_cache,
-            emit=on_event or (lambda e: None),
-        )
-        for n in notes:
-            ctx.trace.add("input", "note", n)
-        state = {"query": text, "image_path": str(image_path), "reference_path": str(reference_path) if reference_path else None}
-        final = graph.invoke(state, config={"configurable": {"ctx": ctx}, "recursion_limit": 50})
-        tr = ctx.trace
-        backend = self.roles.name if not ctx.memo.get("lm_unreachable") else f"offline analyst (LM unreachable: {ctx.memo['lm_unreachable']})"
-        return AssessmentResult(
-            query=text,
-            image=str(image_path),
-            reference=str(reference_path) if reference_path else None,
-            mode="score" if ctx.scoring else "answer",
-            backend=backend,
-            result=final["summarizer_result"],
-            plan=final.get("plan"),
-            evidence=final.get("executor_evidence"),
-            replans=final.get("replans", 0),
-            timings={k: round(v, 4) for k, v in tr.timings.items()},
-            total_seconds=round(time.perf_counter() - t0, 4),
-            lm_calls=tr.lm_calls,
-            retries=tr.retries,
-            fallbacks=tr.fallbacks,
-            notes=tr.notes,
-            trace=tr.events,
-        )
+        state = {
+            "query": text,
+            "image_path": str(image_path),
+            "reference_path": str(reference_path) if reference_path else None,
+            "scoring": (decide_mode(text) if mode == "auto" else mode) == "score",
+            "use_cache": use_cache,
+            "backend": self.roles.name,
+            "trace": [TraceEvent(stage="input", kind="note", message=n) for n in notes],
+            "lm_calls": 0,
+            "retries": 0,
+        }
+        deps = GraphContext(registry=self.registry, settings=self.settings, roles=self.roles)
+        config = {"recursion_limit": 50}
+        if on_event is None:
+            final = graph.invoke(state, config=config, context=deps)
+        else:  # progress: the nodes' stream-writer events, then the final state
+            final = state
+            for stream, chunk in graph.stream(state, config=config, context=deps, stream_mode=["custom", "values"]):
+                if stream == "custom":
+                    on_event(chunk)
+                else:
+                    final = chunk
+        return result_from_state(final, total_seconds=time.perf_counter() - t0)
+
+    __call__ = assess  # an Assessor is the callable `create_assessor` returns: `assessor("photo.jpg")`
 
     async def assess_async(self, image, query=None, reference=None, **kw) -> AssessmentResult:
         """Concurrent-friendly variant: the assessment runs in a worker thread (LM calls are I/O-bound)."""
@@ -239,7 +231,33 @@ def _resized_reference(ref, size: tuple[int, int]):
     return folder, path
 
 
-def make_roles(settings: Settings):
+def result_from_state(final: dict, total_seconds: float = 0.0) -> AssessmentResult:
+    """The result of one assessment, from the graph's final state alone."""
+    from agentic_iqa.state import fallbacks, notes, timings
+
+    events = final.get("trace") or []
+    unreachable = final.get("lm_unreachable")
+    return AssessmentResult(
+        query=final["query"],
+        image=final["image_path"],
+        reference=final.get("reference_path"),
+        mode="score" if final["scoring"] else "answer",
+        backend=final["backend"] if not unreachable else f"offline analyst (LM unreachable: {unreachable})",
+        result=final["summarizer_result"],
+        plan=final.get("plan"),
+        evidence=final.get("executor_evidence"),
+        replans=final.get("replans", 0),
+        timings={k: round(v, 4) for k, v in timings(events).items()},
+        total_seconds=round(total_seconds, 4),
+        lm_calls=final.get("lm_calls", 0),
+        retries=final.get("retries", 0),
+        fallbacks=fallbacks(events),
+        notes=notes(events),
+        trace=events,
+    )
+
+
+def make_roles(settings: Settings, make_lm: Optional[Callable] = None):
     """VLM roles when a model is configured (with the offline analyst as their fallback), else the analyst."""
     from agentic_iqa.offline.analyst import OfflineRoles
 
@@ -250,7 +268,10 @@ def make_roles(settings: Settings):
         raise ConfigError("backend is 'vlm' but no model is configured: pass --lm MODEL or set configs/model_backends.yaml")
     from agentic_iqa.agents.vlm import VLMRoles
 
-    return VLMRoles(settings, offline=OfflineRoles())
+    from agentic_iqa.lm import build_role_lms
+
+    lms = build_role_lms(settings.backends, make=make_lm) if make_lm is not None else None
+    return VLMRoles(settings, offline=OfflineRoles(), lms=lms)
 
 
 _assessors: dict[str, Assessor] = {}
@@ -265,6 +286,29 @@ def get_assessor(config: Optional[str | Path] = None, lm: Optional[str] = None, 
         if key not in _assessors:
             _assessors[key] = Assessor(settings)
         return _assessors[key]
+
+
+def create_assessor(
+    lm: Optional[str] = None,
+    *,
+    device: Optional[str] = None,
+    offline: bool = False,
+    api_base: Optional[str] = None,
+    config: Optional[str | Path] = None,
+) -> Assessor:
+    """A reusable assessor, in the shape of pyiqa's `create_metric`: build once, call per image.
+
+    >>> iqa = create_assessor(lm="openai/gpt-4o", device="cpu")   # doctest: +SKIP
+    >>> iqa("photo.jpg").score                                    # doctest: +SKIP
+
+    `lm`: a DSPy model string for all roles (None: the configured LM, else the offline analyst);
+    `device`: where the tools run (auto | cpu | cuda | cuda:1 | mps); `offline`: the offline analyst
+    even when an LM is configured. Settings come from the configuration in its documented order."""
+    settings = load_settings(config, lm=lm, api_base=api_base, backend="offline" if offline else None)
+    if device is not None:
+        tools = settings.pipeline.tools.model_copy(update={"device": device})
+        settings.pipeline = settings.pipeline.model_copy(update={"tools": tools})
+    return Assessor(settings)
 
 
 def assess(

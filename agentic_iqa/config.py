@@ -1,7 +1,9 @@
 """Configuration: `configs/model_backends.yaml` (an LM per role) and `configs/pipeline.yaml`.
 
-Precedence, lowest to highest: the defaults below (the shipped YAML files repeat them, and a test
-keeps the two equal) < YAML files in the config directory < environment variables < explicit
+Which config folder: `--config` (the `config_dir` argument) > `AGENTIC_IQA_CONFIG` > the user config
+dir (`user_config_dir()`, when it holds our files) > none (package defaults). The current folder is never
+searched. Precedence of values, lowest to highest: the defaults below (the shipped YAML files repeat them,
+and a test keeps the two equal) < YAML files in the config folder < environment variables < explicit
 arguments (CLI flags, Python API keywords). API keys are never read from files.
 """
 from __future__ import annotations
@@ -14,6 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 ROLES = ("planner", "executor", "summarizer")
+CONFIG_FILES = ("model_backends.yaml", "pipeline.yaml")
 
 
 class ConfigError(ValueError):
@@ -99,15 +102,29 @@ class Settings(BaseModel):
     backends: ModelBackends = ModelBackends()
     pipeline: PipelineConfig = PipelineConfig()
     config_dir: Optional[Path] = None
+    config_files: list[Path] = []  # the YAML files actually read (named by --verbose and the result's notes)
+
+
+CONFIG_ENV = "AGENTIC_IQA_CONFIG"
+
+
+def user_config_dir() -> Path:
+    """The per-user config folder (platformdirs: ~/.config/agentic-iqa on Linux, honouring XDG_CONFIG_HOME)."""
+    from platformdirs import user_config_dir as _user_config_dir
+
+    return Path(_user_config_dir("agentic-iqa", appauthor=False))
 
 
 def default_config_dir() -> Optional[Path]:
-    """`AGENTIC_IQA_CONFIG`, else `./configs` when it holds our files, else none (built-in defaults)."""
-    env = os.environ.get("AGENTIC_IQA_CONFIG")
+    """Where the configuration comes from when no folder is passed, in this order:
+    `AGENTIC_IQA_CONFIG`, else the user config dir when it holds our files, else none (the package
+    defaults). The current folder is never searched: a `configs/` folder wherever the user happens
+    to stand (e.g. a downloaded repository) could otherwise load programs or point the LM elsewhere."""
+    env = os.environ.get(CONFIG_ENV)
     if env:
         return Path(env)
-    here = Path.cwd() / "configs"
-    return here if (here / "pipeline.yaml").is_file() or (here / "model_backends.yaml").is_file() else None
+    user = user_config_dir()
+    return user if any((user / name).is_file() for name in CONFIG_FILES) else None
 
 
 def _read_yaml(path: Path) -> dict:
@@ -163,13 +180,16 @@ def load_settings(
     cdir = Path(config_dir) if config_dir else default_config_dir()
     backends_data: dict = {}
     pipeline_data: dict = {}
+    used: list[Path] = []
     if cdir is not None:
         if not cdir.is_dir():
             raise ConfigError(f"config directory {cdir} does not exist; pass a folder holding pipeline.yaml / model_backends.yaml")
         if (cdir / "model_backends.yaml").is_file():
             backends_data = _read_yaml(cdir / "model_backends.yaml")
+            used.append(cdir / "model_backends.yaml")
         if (cdir / "pipeline.yaml").is_file():
             pipeline_data = _read_yaml(cdir / "pipeline.yaml")
+            used.append(cdir / "pipeline.yaml")
     backends = _validate(ModelBackends, backends_data, (cdir or Path(".")) / "model_backends.yaml")
     pipeline = _validate(PipelineConfig, pipeline_data, (cdir or Path(".")) / "pipeline.yaml")
     # Relative paths in a config file are relative to that file's folder.
@@ -190,4 +210,4 @@ def load_settings(
     except ValidationError as exc:
         first = exc.errors()[0]
         raise ConfigError(f"setting `{'.'.join(map(str, first['loc']))}`: {first['msg']}") from None
-    return Settings(backends=backends, pipeline=pipeline, config_dir=cdir)
+    return Settings(backends=backends, pipeline=pipeline, config_dir=cdir, config_files=used)

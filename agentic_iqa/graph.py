@@ -3,9 +3,12 @@ summarizer → planner again if the Summarizer asks for a replan (at most `max_r
 
 Distortion analysis and tool selection/execution only need the distortion set, so they run in
 parallel branches: an assessment's critical path is four LM calls (plan, detect, select, summarize).
-Every node is wrapped the same way: timing, progress events, and the spec's failure rules (a failing
-executor subtask leaves its field null and never fails the executor; an unreachable LM hands the
-rest of the assessment to the offline analyst).
+The dependencies (tool registry, settings, roles) come from LangGraph's run context
+(`context_schema=GraphContext`, read through `Runtime`); every per-assessment fact is a typed state key
+(`agentic_iqa.state.AgenticIQAState`), the trace is an append-only state list, and progress goes out
+through LangGraph's stream writer (`stream_mode="custom"`). Every node is wrapped the same way: timing,
+progress events, and the spec's failure rules (a failing executor subtask leaves its field null and never
+fails the executor; an unreachable LM hands the rest of the assessment to the offline analyst).
 """
 from __future__ import annotations
 
@@ -14,64 +17,50 @@ import re
 import time
 from typing import Callable, Optional
 
+from langgraph.config import get_stream_writer
 from langgraph.graph import END, START, StateGraph
+from langgraph.runtime import Runtime
 
-from agentic_iqa.agents.context import AssessmentContext, Roles
+from agentic_iqa.agents.context import AssessmentContext, GraphContext, Roles
 from agentic_iqa.agents.planner_rules import rule_plan
 from agentic_iqa.agents.tool_execution import execute_tools, required_tool_assignments
 from agentic_iqa.config import LMSetupError
-from agentic_iqa.lm import lm_setup_problem
+from agentic_iqa.lm import lm_setup_problem, lm_unreachable
 from agentic_iqa.state import AgenticIQAState
-from signatures.models import GLOBAL, LEVEL_NAMES, OVERALL, ExecutorOutput, PlannerOutput, SummarizerOutput
+from signatures.models import GLOBAL, OVERALL, ExecutorOutput, PlannerOutput, SummarizerOutput
 
 log = logging.getLogger("agentic_iqa.graph")
 
-_UNREACHABLE = re.compile(r"connect|timed? ?out|timeout|unreachable|name resolution|refused|service unavailable", re.I)
-# By class name only: rate limits and server errors that outlived the LM's own retries. The rest of
-# the assessment would only wait through the same retries again at every node.
-_UNAVAILABLE_TYPES = re.compile(r"RateLimit|ServerError|ServiceUnavailable|InternalServerError|APIConnection", re.I)
+
+def _offline(roles: Roles) -> Optional[Roles]:
+    return getattr(roles, "offline", None)
 
 
-def lm_unreachable(exc: BaseException) -> bool:
-    """True for failures of the LM *service* (as opposed to bad output): refused, DNS, timeouts, and
-    429/5xx after retries. Our own ValueErrors ("no valid plan: <model text>") quote the model's
-    reply, so their text is not searched: a reply mentioning a "connection" is still bad output."""
-    names = " ".join(c.__name__ for c in type(exc).__mro__)
-    if _UNREACHABLE.search(names) or _UNAVAILABLE_TYPES.search(names):
-        return True
-    return not isinstance(exc, ValueError) and bool(_UNREACHABLE.search(str(exc)[:500]))
-
-
-def _ctx(config) -> AssessmentContext:
-    return config["configurable"]["ctx"]
-
-
-def _roles(ctx: AssessmentContext, roles: Roles) -> Roles:
-    """The roles to use now: the offline analyst once the LM was found unreachable in this assessment."""
-    if ctx.memo.get("lm_unreachable") and getattr(roles, "offline", None) is not None:
-        return roles.offline  # type: ignore[attr-defined]
-    return roles
-
-
-def _stage(name: str, roles: Roles, body: Callable, on_error: Callable):
+def _stage(name: str, body: Callable, on_error: Callable):
     """Wrap a node body with timing, progress events and failure handling."""
 
-    def node(state: AgenticIQAState, config) -> dict:
-        ctx = _ctx(config)
+    def node(state: AgenticIQAState, runtime: Runtime[GraphContext]) -> dict:
+        deps = runtime.context
+        writer = get_stream_writer()
+        ctx = AssessmentContext.for_node(state, deps, writer)
+        roles = deps.roles
+        offline = _offline(roles)
+        unreachable = state.get("lm_unreachable")
+        update: dict = {}
         ctx.emit({"stage": name, "event": "start"})
         t0 = time.perf_counter()
         try:
-            out = body(state, ctx, _roles(ctx, roles))
+            out = body(state, ctx, offline if unreachable and offline is not None else roles)
         except Exception as exc:  # noqa: BLE001 - every failure becomes a recorded degradation
             problem = lm_setup_problem(exc)
             if problem is not None:  # the user's setup, not the model's mistake: stop and say so
                 raise LMSetupError(problem) from exc
-            if lm_unreachable(exc) and getattr(roles, "offline", None) is not None and not ctx.memo.get("lm_unreachable"):
+            if lm_unreachable(exc) and offline is not None and not unreachable:
                 first_line = (str(exc).strip().splitlines() or [""])[0]  # DSPy appends multi-line "To fix:" advice
-                ctx.memo["lm_unreachable"] = f"{type(exc).__name__}: {first_line[:200]}"
-                ctx.trace.add(name, "fallback", f"LM unreachable ({ctx.memo['lm_unreachable']}); offline analyst answers")
+                update["lm_unreachable"] = f"{type(exc).__name__}: {first_line[:200]}"
+                ctx.trace.add(name, "fallback", f"LM unreachable ({update['lm_unreachable']}); offline analyst answers")
                 try:
-                    out = body(state, ctx, roles.offline)  # type: ignore[attr-defined]
+                    out = body(state, ctx, offline)
                 except Exception as exc2:  # noqa: BLE001
                     out = on_error(state, ctx, exc2)
             else:
@@ -79,7 +68,10 @@ def _stage(name: str, roles: Roles, body: Callable, on_error: Callable):
         dt = time.perf_counter() - t0
         ctx.trace.add(name, "end", seconds=dt)
         ctx.emit({"stage": name, "event": "end", "seconds": dt})
-        return out
+        update.update(out or {})
+        update.update(ctx.updates)
+        update.update(trace=ctx.trace.events, lm_calls=ctx.trace.lm_calls, retries=ctx.trace.retries)
+        return update
 
     node.__name__ = name
     return node
@@ -137,38 +129,37 @@ def default_tools(ctx: AssessmentContext, distortion_set: Optional[dict[str, lis
     return {obj: {d: preferred for d in (dists or [OVERALL])} for obj, dists in targets.items()}
 
 
-def _select_and_execute(state, ctx, roles):
+def _select(state, ctx, roles):
     plan: PlannerOutput = state["plan"]
     dset = state.get("distortion_set")
     if dset is not None and not any(dset.values()):
         dset = None  # nothing detected: tools rate the image as a whole ("Overall")
     selected = None
     if plan.plan.tool_selection:
-        t0 = time.perf_counter()
         try:
             selected = roles.select(ctx, plan, dset)
         except Exception as exc:  # noqa: BLE001
-            if lm_unreachable(exc) and getattr(roles, "offline", None) is not None:
+            if lm_unreachable(exc) and _offline(roles) is not None:
                 raise
             _error("select", ctx, exc)
         if not (selected and any(selected.values())) and plan.plan.tool_execution:
             selected = default_tools(ctx, dset)
             ctx.trace.add("select", "fallback", f"no valid tool selection; generic tools used: {selected}")
-        ctx.trace.add("select", "end", seconds=time.perf_counter() - t0)
     elif plan.plan.tool_execution and plan.required_tool:
         selected = required_tool_assignments(plan, dset)
     elif plan.plan.tool_execution:
         selected = default_tools(ctx, dset)
     if selected is not None and not any(selected.values()):
         selected = None
-    out = {"selected_tools": selected, "tool_logs": []}
-    if plan.plan.tool_execution and selected:
-        ctx.emit({"stage": "execute", "event": "start"})
-        t0 = time.perf_counter()
-        logs, _ = execute_tools(ctx, selected)
-        ctx.trace.add("execute", "end", seconds=time.perf_counter() - t0)
-        out["tool_logs"] = logs
-    return out
+    return {"selected_tools": selected}
+
+
+def _execute(state, ctx, roles):
+    selected = state.get("selected_tools")
+    if not (state["plan"].plan.tool_execution and selected):
+        return {"tool_logs": []}
+    logs, _ = execute_tools(ctx, selected)
+    return {"tool_logs": logs}
 
 
 def _evidence(state, ctx, roles):
@@ -227,16 +218,10 @@ def tools_only_summary(ctx: AssessmentContext, evidence: ExecutorOutput) -> Summ
     scores = unique_tool_scores(evidence)
     fused = ScoreFusion(eta=ctx.settings.pipeline.fusion.eta).fuse(scores, prob_mode="uniform")
     basis = f"the mean of {len(scores)} tool score(s), {fused.qbar:.2f}" if scores else "no evidence (neutral 3.0)"
-    return SummarizerOutput(
-        final_answer=f"{fused.level} ({LEVEL_NAMES[fused.level]}), score {fused.score:.2f}/5" if ctx.scoring
-        else "Unable to answer reliably: no summarizer could run.",
-        quality_reasoning=f"Only tool scores were available: the score rests on {basis}.",
-        level=fused.level if ctx.scoring else None,
-        score=fused.score if ctx.scoring else None,
-        probabilities=fused.probabilities() if ctx.scoring else None,
-        prob_mode="uniform" if ctx.scoring else None,
-        prob_source="tools only (summarizer failed)" if ctx.scoring else None,
-    )
+    reasoning = f"Only tool scores were available: the score rests on {basis}."
+    if not ctx.scoring:
+        return SummarizerOutput(final_answer="Unable to answer reliably: no summarizer could run.", quality_reasoning=reasoning)
+    return SummarizerOutput.from_fusion(fused, reasoning, "tools only (summarizer failed)", prob_mode="uniform")
 
 
 def _null(key: str, stage: str):
@@ -251,20 +236,23 @@ def _route(state: AgenticIQAState) -> str:
     return "planner" if state.get("replan_requested") else END
 
 
-def build_graph(roles: Roles):
-    """Compile the assessment graph for one set of roles (reuse the compiled graph across assessments)."""
-    g = StateGraph(AgenticIQAState)
-    g.add_node("planner", _stage("planner", roles, _plan, _plan_failed))
-    g.add_node("detect", _stage("detect", roles, _detect, _null("distortion_set", "detect")))
-    g.add_node("analyze", _stage("analyze", roles, _analyze, _null("distortion_analysis", "analyze")))
-    g.add_node("select_execute", _stage("select_execute", roles, _select_and_execute, _null("selected_tools", "select")))
-    g.add_node("evidence", _stage("evidence", roles, _evidence, _null("executor_evidence", "evidence")))
-    g.add_node("summarizer", _stage("summarizer", roles, _summarize, _summary_failed))
+def build_graph():
+    """Compile the assessment graph (once per process is enough: the roles, registry and settings come
+    with each run as its `context=GraphContext(...)`)."""
+    g = StateGraph(AgenticIQAState, context_schema=GraphContext)
+    g.add_node("planner", _stage("planner", _plan, _plan_failed))
+    g.add_node("detect", _stage("detect", _detect, _null("distortion_set", "detect")))
+    g.add_node("analyze", _stage("analyze", _analyze, _null("distortion_analysis", "analyze")))
+    g.add_node("select", _stage("select", _select, _null("selected_tools", "select")))
+    g.add_node("execute", _stage("execute", _execute, _null("tool_logs", "execute")))
+    g.add_node("evidence", _stage("evidence", _evidence, _null("executor_evidence", "evidence")))
+    g.add_node("summarizer", _stage("summarizer", _summarize, _summary_failed))
     g.add_edge(START, "planner")
     g.add_edge("planner", "detect")
     g.add_edge("detect", "analyze")
-    g.add_edge("detect", "select_execute")
-    g.add_edge(["analyze", "select_execute"], "evidence")
+    g.add_edge("detect", "select")
+    g.add_edge("select", "execute")
+    g.add_edge(["analyze", "execute"], "evidence")
     g.add_edge("evidence", "summarizer")
     g.add_conditional_edges("summarizer", _route, {"planner": "planner", END: END})
     return g.compile()

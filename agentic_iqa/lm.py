@@ -15,8 +15,6 @@ def build_lm(role: RoleLM, role_name: str = "lm"):
     """A `dspy.LM` for one role, or None when no model is configured for it."""
     if not role.model:
         return None
-    if role.model == DEMO_MODEL_NAME:
-        return shipped_demo_lm()
     import dspy
 
     kwargs: dict = dict(
@@ -46,57 +44,83 @@ def build_lm(role: RoleLM, role_name: str = "lm"):
         raise ConfigError(f"{role_name}: model {role.model!r}: {exc}") from None
 
 
-DEMO_MODEL_NAME = "demo"
-
-
-def shipped_demo_lm():
-    """`--lm demo`: the scripted fixture-echo LM of `optimizers.demo_lm` (NOT a model) over every shipped
-    fixture, so compile → assess --program can be tried offline. Unknown images get uninformed answers."""
-    from optimizers.demo_lm import FixtureEchoEngine, demo_lm
-    from optimizers.fixtures import default_catalog, load_dataset
-    from optimizers.tasks import MODULE_CLASSES
-
-    catalog = default_catalog()
-    examples = []
-    for module in MODULE_CLASSES:
-        data = load_dataset(module, catalog=catalog)
-        examples += data.train + data.val
-    return demo_lm([], engine=FixtureEchoEngine(examples, catalog.modes, catalog.strengths))
-
-
-def build_role_lms(backends: ModelBackends) -> dict:
-    """{role: dspy.LM | None}. Roles sharing identical settings share one LM instance (one client)."""
+def build_role_lms(backends: ModelBackends, make=build_lm) -> dict:
+    """{role: dspy.LM | None}. Roles sharing identical settings share one LM instance (one client).
+    `make(role_settings, role_name)` builds one LM (the CLI passes one that knows `--lm demo`)."""
     built: dict[str, object] = {}
     by_settings: dict[str, object] = {}
     for name in ROLES:
         role = backends.role(name)
         key = role.model_dump_json()
         if key not in by_settings:
-            by_settings[key] = build_lm(role, name)
+            by_settings[key] = make(role, name)
         built[name] = by_settings[key]
     return built
 
 
-# DSPy's names for "the LM is set up wrong" (and LiteLLM's, on its fallback route).
-_SETUP_TYPES = frozenset({"LMConfigurationError", "LMAuthError", "LMBillingError", "LMUnsupportedModelError", "AuthenticationError"})
+def _setup_types() -> tuple[type[BaseException], ...]:
+    """DSPy's types for "the LM is set up wrong" (and LiteLLM's, when its route is in use)."""
+    import sys
+
+    from dspy.utils.exceptions import LMAuthError, LMBillingError, LMConfigurationError, LMUnsupportedModelError
+
+    types: tuple[type[BaseException], ...] = (LMConfigurationError, LMAuthError, LMBillingError, LMUnsupportedModelError)
+    litellm = sys.modules.get("litellm")
+    if litellm is not None and isinstance(getattr(litellm, "AuthenticationError", None), type):
+        types += (litellm.AuthenticationError,)
+    return types
 
 
 def lm_setup_problem(exc: BaseException, otherwise: str = "run without a model (--offline)") -> Optional[str]:
     """A one-line account when `exc` says the LM is configured wrong (no key, key refused, billing,
     unknown model), else None; `otherwise` is the way forward without a model. Such an assessment
     stops with that message instead of degrading."""
-    names = {c.__name__ for c in type(exc).__mro__}
+    from dspy.utils.exceptions import LMInvalidRequestError
+
     first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
     status = getattr(exc, "status", None)
-    if "LMInvalidRequestError" in names and "Provider NOT provided" in first:
+    invalid_request = isinstance(exc, LMInvalidRequestError)
+    if invalid_request and "Provider NOT provided" in first:
         # A model string DSPy/LiteLLM cannot route, e.g. "gpt4o" or "foo/bar".
         first = first.split(" Pass in")[0].rstrip(".") + "; write the model as provider/model (openai/gpt-4o, " \
             "anthropic/..., gemini/..., ollama_chat/..., or openai/NAME with --api-base for an OpenAI-compatible server)"
-    elif "LMInvalidRequestError" in names and status == 404:
+    elif invalid_request and status == 404:
         first += " (HTTP 404: no such endpoint or model; OpenAI-compatible servers usually want --api-base ending in /v1)"
-    elif "LMInvalidRequestError" in names and status == 400 and re.search(r"image", first, re.I):
+    elif invalid_request and status == 400 and re.search(r"image", first, re.I):
         first += " (the model does not take images: agentic-iqa needs a vision-language model)"
-    elif not names & _SETUP_TYPES:
+    elif not isinstance(exc, _setup_types()):
         return None
     first = first.split(', or pass api_key=')[0].rstrip(".")  # keys come from the environment only
     return f"the LM cannot be used: {first}. Fix the key or the model (--lm, configs/model_backends.yaml), or {otherwise}"
+
+
+def _unavailable_types() -> tuple[type[BaseException], ...]:
+    """Exception types meaning the LM *service* failed (as opposed to its output): DSPy's typed LM errors
+    for transport failures, timeouts, rate limits and server errors that outlived the LM's own retries,
+    LiteLLM's equivalents when its route is in use, and Python's own connection/timeout errors."""
+    import sys
+
+    from dspy.utils.exceptions import LMRateLimitError, LMServerError, LMTimeoutError, LMTransportError
+
+    types: tuple[type[BaseException], ...] = (
+        LMTransportError, LMTimeoutError, LMRateLimitError, LMServerError, ConnectionError, TimeoutError,
+    )
+    litellm = sys.modules.get("litellm")  # only when something already imported it (importing is slow)
+    if litellm is not None:
+        types += tuple(getattr(litellm, name) for name in (
+            "APIConnectionError", "Timeout", "RateLimitError", "ServiceUnavailableError", "InternalServerError",
+        ) if isinstance(getattr(litellm, name, None), type))
+    return types
+
+
+def lm_unreachable(exc: BaseException) -> bool:
+    """True when `exc` (or what caused it) says the LM service is unreachable or unavailable: the rest of
+    the assessment would only wait through the same retries again, so the offline analyst takes over.
+    Bad output is not this: our ValueErrors quoting the model's reply never count, whatever they say."""
+    types = _unavailable_types()
+    seen = 0
+    while exc is not None and seen < 8:  # the chain is short; bounded against cycles
+        if isinstance(exc, types):
+            return True
+        exc, seen = exc.__cause__, seen + 1
+    return False

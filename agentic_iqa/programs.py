@@ -5,17 +5,30 @@ File layout (never pickle):
                              "fixtures": {...sha256...}, "scores": {...}, "created": ISO-8601},
      "state": <dspy Module.dump_state()>}
 A program is refused, with a message saying why, when it was compiled for another module or another
-signature version, when its state does not fit the module, or when it carries LM settings of its own
-(a program holds instructions and demos; the LM always comes from the configuration).
+signature version, when its state does not fit the module, or when any predictor's state holds anything
+but the allow-listed data (`PREDICTOR_KEYS`): instructions, field prefixes/descriptions and demos. DSPy's
+`load_state` would set any other key as an attribute of the predictor (e.g. `"config": {"api_base": ...}`
+would send the user's key and image to another server), and an `lm` would replace the configured LM; the
+LM always comes from the configuration. Only regular files up to `MAX_PROGRAM_BYTES` are read.
 `agentic-iqa compile` (optimizers.runner) writes these files; `assess --program`, `programs:` in
 pipeline.yaml and `VLMRoles.load_program` read them.
 """
 from __future__ import annotations
 
 import json
+import stat
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping
+
+
+#: What a compiled predictor's state may hold. `traces`/`train`/`lm` are written by DSPy's `dump_state`
+#: and accepted only empty; everything else in a predictor's state is refused.
+PREDICTOR_KEYS = frozenset({"demos", "signature", "traces", "train", "lm"})
+SIGNATURE_KEYS = frozenset({"instructions", "fields"})
+FIELD_KEYS = frozenset({"prefix", "description"})
+MAX_PROGRAM_BYTES = 64 * 1024 * 1024
+_MAX_DEPTH = 32
 
 
 class ProgramError(ValueError):
@@ -45,7 +58,11 @@ def save_program(module_obj: Any, module: str, path: str | Path, **metadata) -> 
         "created": datetime.now(timezone.utc).isoformat(),
         **metadata,
     }
-    payload = {"agentic_iqa_program": header, "state": module_obj.dump_state()}
+    state = module_obj.dump_state()
+    for sub in state.values():  # an optimizer may leave its LM on a predictor: never save it (the allow-list)
+        if isinstance(sub, dict):
+            sub.update(lm=None, traces=[], train=[])
+    payload = {"agentic_iqa_program": header, "state": state}
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(payload, indent=2, default=str), encoding="utf-8")
@@ -56,7 +73,16 @@ def save_program(module_obj: Any, module: str, path: str | Path, **metadata) -> 
 def read_program(path: str | Path) -> tuple[dict, dict]:
     path = Path(path)
     try:
-        payload = json.loads(path.read_text(encoding="utf-8"))
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode):
+            raise ProgramError(f"compiled program {path} is not a regular file; pass a JSON file written by `agentic-iqa compile`")
+        if info.st_size > MAX_PROGRAM_BYTES:
+            raise ProgramError(
+                f"compiled program {path} is {info.st_size / 2**20:.0f} MB, over the {MAX_PROGRAM_BYTES // 2**20} MB "
+                "limit for a program; pass a file written by `agentic-iqa compile`"
+            )
+        with path.open("rb") as fh:
+            payload = json.loads(fh.read(MAX_PROGRAM_BYTES + 1).decode("utf-8"))
     except FileNotFoundError:
         raise ProgramError(f"compiled program {path} does not exist") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -82,15 +108,64 @@ def load_program(modules: Mapping[str, Any], module: str, path: str | Path) -> d
         )
     if not isinstance(state, dict):
         raise ProgramError(f"{path} has no module state (expected a JSON object under 'state')")
-    carrying_lm = sorted(name for name, sub in state.items() if isinstance(sub, dict) and sub.get("lm"))
-    if carrying_lm:
-        # DSPy would rebuild an LM from these settings and use it instead of the configured one.
-        raise ProgramError(
-            f"{path} sets its own LM for {', '.join(carrying_lm)}; compiled programs may hold instructions and "
-            "demos only (the LM comes from the configuration)"
-        )
+    check_program_state(state, path, predictors=set(modules[module].dump_state()))
     try:
         modules[module].load_state(state)
     except Exception as exc:  # noqa: BLE001 - a mismatched state is a user-facing refusal, not a crash
         raise ProgramError(f"{path} does not fit the {module!r} module: {exc}") from None
     return header
+
+
+def _refuse(path, where: str, why: str) -> ProgramError:
+    return ProgramError(
+        f"{path}: {where} {why}; compiled programs may hold instructions and demos only (the LM and its "
+        "settings come from the configuration) - recompile it with `agentic-iqa compile`"
+    )
+
+
+def _is_data(value: Any, depth: int = 0) -> bool:
+    """JSON data only (what json.loads gives), bounded in depth."""
+    if depth > _MAX_DEPTH:
+        return False
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return True
+    if isinstance(value, list):
+        return all(_is_data(v, depth + 1) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _is_data(v, depth + 1) for k, v in value.items())
+    return False
+
+
+def check_program_state(state: dict, path, predictors: set[str]) -> None:
+    """Refuse anything in a program's state outside the allow-list, naming the key and the file."""
+    for name, sub in state.items():
+        if name not in predictors:
+            raise _refuse(path, f"predictor {name!r}", f"is not part of this module (expected {', '.join(sorted(predictors))})")
+        if not isinstance(sub, dict):
+            raise _refuse(path, f"predictor {name!r}", "is not a JSON object")
+        for key, value in sub.items():
+            where = f"key {name}.{key!r}"
+            if key not in PREDICTOR_KEYS:
+                raise _refuse(path, where, "is not allowed")
+            if key in ("traces", "train", "lm") and value not in (None, []):
+                raise _refuse(path, where, "must be empty" if key != "lm" else "sets its own LM")
+            if key == "demos":
+                if not isinstance(value, list) or not all(isinstance(d, dict) and _is_data(d) for d in value):
+                    raise _refuse(path, where, "must be a list of JSON objects (demos are data)")
+            if key == "signature":
+                if not isinstance(value, dict):
+                    raise _refuse(path, where, "must be a JSON object")
+                for skey, sval in value.items():
+                    if skey not in SIGNATURE_KEYS:
+                        raise _refuse(path, f"key {name}.signature.{skey!r}", "is not allowed")
+                if not isinstance(value.get("instructions", ""), str):
+                    raise _refuse(path, f"key {name}.signature.'instructions'", "must be text")
+                fields = value.get("fields", [])
+                if not isinstance(fields, list):
+                    raise _refuse(path, f"key {name}.signature.'fields'", "must be a list")
+                for field in fields:
+                    if not isinstance(field, dict):
+                        raise _refuse(path, f"key {name}.signature.'fields'", "must hold JSON objects")
+                    for fkey, fval in field.items():
+                        if fkey not in FIELD_KEYS or not isinstance(fval, str):
+                            raise _refuse(path, f"key {name}.signature.fields.{fkey!r}", "is not allowed (prefix and description text only)")

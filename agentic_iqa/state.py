@@ -6,9 +6,10 @@ users have one place to import them from.
 """
 from __future__ import annotations
 
+import operator
 import threading
 import time
-from typing import Any, Optional
+from typing import Annotated, Any, Optional
 
 from pydantic import BaseModel, Field
 from typing_extensions import NotRequired, TypedDict
@@ -35,12 +36,25 @@ __all__ = [
 ]
 
 
-class AgenticIQAState(TypedDict):
-    """What flows through the LangGraph graph for one assessment."""
+def keep_first(old: Any, new: Any) -> Any:
+    """Reducer for values computed once per assessment: the first non-None value stays (parallel
+    branches may both offer one)."""
+    return old if old is not None else new
 
+
+class AgenticIQAState(TypedDict):
+    """Everything one assessment knows, as LangGraph state: the request, each node's result, the values
+    computed once (the VLM's copy of the image, the offline statistics), the append-only trace and the
+    LM call counts. The result is built from the final state alone (`api.result_from_state`)."""
+
+    # The request.
     query: str
     image_path: str
     reference_path: Optional[str]
+    scoring: bool                        # scoring mode (level A-E + fused score) vs explanation/QA mode
+    use_cache: bool
+    backend: str                         # the roles' name ("vlm (...)" or "offline analyst")
+    # Node results.
     plan: NotRequired[PlannerOutput]
     # Executor sub-results, written by its parallel branches and joined into executor_evidence.
     distortion_set: NotRequired[Optional[dict[str, list[str]]]]
@@ -52,6 +66,20 @@ class AgenticIQAState(TypedDict):
     replans: NotRequired[int]            # Planner re-runs so far
     replan_requested: NotRequired[bool]  # the last Summarizer pass sends the flow back to the Planner
     replan_reason: NotRequired[Optional[str]]
+    # Computed once per assessment, on first use.
+    vlm_image: NotRequired[Annotated[Optional[Any], keep_first]]          # dspy.Image sent to the VLM
+    image_pixels: NotRequired[Annotated[Optional[Any], keep_first]]       # float RGB array (offline analyst)
+    reference_pixels: NotRequired[Annotated[Optional[Any], keep_first]]
+    offline_analyses: NotRequired[Annotated[Optional[dict], keep_first]]  # offline severity statistics
+    lm_unreachable: NotRequired[Annotated[Optional[str], keep_first]]     # why the LM was given up on
+    # Bookkeeping, appended to by every node.
+    trace: Annotated[list["TraceEvent"], operator.add]
+    lm_calls: Annotated[int, operator.add]
+    retries: Annotated[int, operator.add]
+
+
+#: The state keys a role may fill once per assessment (`AssessmentContext.once`).
+ONCE_KEYS = frozenset({"vlm_image", "image_pixels", "reference_pixels", "offline_analyses"})
 
 
 class TraceEvent(BaseModel):
@@ -66,28 +94,37 @@ class TraceEvent(BaseModel):
 
 
 class Trace:
-    """Thread-safe recorder shared by the nodes of one assessment (parallel branches write to it)."""
+    """One node's trace events and LM counts, returned into the state's append-only `trace` (thread-safe:
+    the tool step records from its workers)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.events: list[TraceEvent] = []
-        self.timings: dict[str, float] = {}
         self.lm_calls = 0
         self.retries = 0
-        self.fallbacks: list[str] = []
-        self.notes: list[str] = []
 
     def add(self, stage: str, kind: str, message: str = "", seconds: float | None = None, **data) -> None:
         with self._lock:
             self.events.append(TraceEvent(stage=stage, kind=kind, message=message, seconds=seconds, data=data))
-            if kind == "end" and seconds is not None:
-                self.timings[stage] = self.timings.get(stage, 0.0) + seconds
-            elif kind == "fallback":
-                self.fallbacks.append(f"{stage}: {message}")
-            elif kind == "note":
-                self.notes.append(message)
 
     def count_lm(self, calls: int, retries: int = 0) -> None:
         with self._lock:
             self.lm_calls += calls
             self.retries += retries
+
+
+def timings(events: list[TraceEvent]) -> dict[str, float]:
+    """Seconds per stage (summed over replans)."""
+    out: dict[str, float] = {}
+    for ev in events:
+        if ev.kind == "end" and ev.seconds is not None:
+            out[ev.stage] = out.get(ev.stage, 0.0) + ev.seconds
+    return out
+
+
+def fallbacks(events: list[TraceEvent]) -> list[str]:
+    return [f"{ev.stage}: {ev.message}" for ev in events if ev.kind == "fallback"]
+
+
+def notes(events: list[TraceEvent]) -> list[str]:
+    return [ev.message for ev in events if ev.kind == "note"]

@@ -68,7 +68,7 @@ def framework_overhead(img: Path, n: int = 60) -> None:
     registry.score("PIQE", str(img), use_cache=False)
     piqe = statistics.median(registry.score("PIQE", str(img), use_cache=False).seconds for _ in range(10))
     network = network_nr_seconds(img)
-    per_stage = {k: statistics.median(t.get(k, 0.0) for t in stages) * 1000 for k in ("planner", "detect", "select_execute", "analyze", "summarizer")}
+    per_stage = {k: statistics.median(t.get(k, 0.0) for t in stages) * 1000 for k in ("planner", "detect", "select", "execute", "analyze", "summarizer")}
     w, h = _size(img)
     print(f"[{w}x{h}] framework overhead per assessment (5 LM calls, instant LM, tool step cached): {overhead * 1000:.1f} ms "
           f"(median of {n}, quartiles {q1 * 1000:.1f}-{q3 * 1000:.1f}; target <= 30 ms)")
@@ -150,7 +150,9 @@ def critical_path(img: Path, latency: float = 0.3, model: str = "openai/gpt-4o")
 
 
 def cli_startup(n: int = 7) -> None:
-    exe = str(ROOT / ".venv/bin/agentic-iqa") if (ROOT / ".venv/bin/agentic-iqa").exists() else "agentic-iqa"
+    # The project's venv, else the running interpreter's (a worktree sharing a venv; PYTHONPATH picks the code).
+    candidates = [ROOT / ".venv/bin/agentic-iqa", Path(sys.executable).parent / "agentic-iqa"]
+    exe = next((str(c) for c in candidates if c.exists()), "agentic-iqa")
 
     def timed(cmd):
         ts = []

@@ -231,7 +231,7 @@ def image_name(ref: str, typ: Optional[str], level: int) -> str:
     from agentic_iqa.bench import synth
 
     ext = "jpg" if typ == "jpeg" else "png"  # JPEG rows keep the encoder's bytes
-    return f"{ref}__{synth._slug(typ)}__L{level}.{ext}"
+    return f"{ref}__{synth.slug(typ)}__L{level}.{ext}"
 
 
 def write_images(out: Path) -> dict[str, bytes]:
@@ -248,7 +248,7 @@ def write_images(out: Path) -> dict[str, bytes]:
             data = result
         else:
             # Maximum lossless compression: the committed fixture images must stay small.
-            ok, buf = cv2.imencode(".png", synth._to_uint8(result)[..., ::-1], [cv2.IMWRITE_PNG_COMPRESSION, 9])
+            ok, buf = cv2.imencode(".png", synth.to_uint8(result)[..., ::-1], [cv2.IMWRITE_PNG_COMPRESSION, 9])
             assert ok
             data = buf.tobytes()
         name = image_name(ref, typ, level)

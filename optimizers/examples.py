@@ -15,17 +15,12 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import dspy  # noqa: E402
 
+from agentic_iqa.agents.modules import AGENT_MODULES  # noqa: E402
 from signatures import format_evidence, vlm_image  # noqa: E402
 
 #: The parts (signature short names, as in signatures.signatures_by_name()) of each module, and the
 #: attribute of the agents' module (agentic_iqa.agents.vlm) holding that part's StructuredPredict.
-MODULE_PARTS: dict[str, dict[str, str]] = {
-    "planner": {"plan": "step"},
-    "detect": {"detect": "step"},
-    "analyze": {"analyze": "step"},
-    "select": {"select": "step"},
-    "summarize": {"explain": "explain", "score": "score"},
-}
+MODULE_PARTS: dict[str, dict[str, str]] = {name: dict(spec.parts) for name, spec in AGENT_MODULES.items()}
 
 #: Input fields per part, in signature order.
 PART_INPUTS: dict[str, tuple[str, ...]] = {

@@ -19,6 +19,7 @@ from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from agentic_iqa.agents.modules import AGENT_MODULES
 from signatures.models import (
     DISTORTION_CATEGORIES,
     SEVERITIES,
@@ -34,13 +35,7 @@ from signatures.models import (
 #: Where the shipped fixtures live.
 FIXTURE_DIR = Path(__file__).resolve().parent / "fixtures"
 #: One file per module, named after the module (`agentic-iqa compile --module`).
-FIXTURE_FILES = {
-    "planner": "planner.jsonl",
-    "detect": "detect.jsonl",
-    "analyze": "analyze.jsonl",
-    "select": "select.jsonl",
-    "summarize": "summarize.jsonl",
-}
+FIXTURE_FILES = {name: spec.fixtures for name, spec in AGENT_MODULES.items()}
 CATALOG_FILE = "tool_catalog.json"
 
 ReferenceModeName = Literal["Full-Reference", "No-Reference"]

@@ -37,6 +37,7 @@ from typing import Any, Optional, Protocol
 import dspy
 from dspy.utils.callback import BaseCallback
 
+from agentic_iqa.agents.modules import AGENT_MODULES
 from optimizers.fixtures import Dataset, ToolCatalog
 from optimizers.metrics import Grade, ModuleMetric, grade
 from optimizers.tasks import PartProgram, assemble, clean_demos, demo_counts, instructions, part_programs
@@ -44,13 +45,7 @@ from optimizers.tasks import PartProgram, assemble, clean_demos, demo_counts, in
 OPTIMIZERS = ("labeled", "bootstrap", "mipro", "gepa")
 BUDGETS = ("light", "medium", "heavy")
 #: What the metric of each module measures (recorded in program headers and shown by the CLI).
-METRIC_NAMES = {
-    "planner": "plan: weighted per-field agreement (flags 40 %)",
-    "detect": "detect: F1 over (object, category)",
-    "analyze": "analyze: 1 - severity steps off / 4",
-    "select": "select: acceptable tool 1, right FR/NR kind 0.4",
-    "summarize": "explain: answer 0.9 + replan 0.1; score: 0.9 x (1 - level error / 4) + replan 0.1",
-}
+METRIC_NAMES = {name: spec.metric for name, spec in AGENT_MODULES.items()}
 #: A bootstrapped demo must be graded (almost) fully correct: demos teach, so a half-right one teaches mistakes.
 DEMO_THRESHOLD = 0.999
 

@@ -2,31 +2,22 @@
 runs exactly as in the pipeline.
 
 Each agent module (agentic_iqa.agents.vlm) holds one StructuredPredict per signature; the Summarizer
-holds two. A `PartProgram` wraps one of them and, per call, provides the facts the pipeline's
-validators read (the known tools, which tools may be used, the distortion set being analysed), so a
+holds two. A `PartProgram` wraps one of them and, per call, passes the facts the pipeline's
+validators check (the known tools, which tools may be used, the distortion set being analysed), so a
 reply the pipeline would reject and retry is rejected and retried here too. Compiling per part keeps
 each predictor's demos to its own kind of example. `assemble()` puts the compiled parts back into a
 fresh agent module, which is what a program file stores and `assess --program` loads.
 """
 from __future__ import annotations
 
-import contextlib
-from typing import Any, Iterable, Iterator, Optional
+from typing import Any, Iterable, Optional
 
 import dspy
 
-from agentic_iqa.agents import vlm as agents
+from agentic_iqa.agents.modules import AgentModule, Facts
 from agentic_iqa.agents.structured import StructuredPredict
 from optimizers.examples import BOOKKEEPING, MODULE_PARTS
 from optimizers.fixtures import ToolCatalog
-
-MODULE_CLASSES = {
-    "planner": agents.Planner,
-    "detect": agents.DistortionDetector,
-    "analyze": agents.DistortionAnalyzer,
-    "select": agents.ToolSelector,
-    "summarize": agents.Summarizer,
-}
 
 #: Input fields left out of saved demos. The planner decides from the query text, and a demo image
 #: would cost a VLM a whole image per demo for nothing; the tool list is already in the real input.
@@ -35,36 +26,22 @@ DEMO_DROPPED_INPUTS: dict[str, tuple[str, ...]] = {"plan": ("image", "available_
 
 def new_module(module: str, max_retries: int = 3) -> dspy.Module:
     """A fresh, uncompiled agent module of the kind the pipeline uses."""
-    try:
-        return MODULE_CLASSES[module](max_retries)
-    except KeyError:
-        raise ValueError(f"unknown module {module!r}; use one of {sorted(MODULE_CLASSES)}") from None
+    return AgentModule(module, max_retries)
 
 
-@contextlib.contextmanager
-def validation_context(part: str, inputs: dict[str, Any], catalog: ToolCatalog) -> Iterator[None]:
-    """Set what the agents' validators read, as VLMRoles does before each call.
-
-    The pipeline passes these facts through context variables of agentic_iqa.agents.vlm (they are
-    per call and must not leak between threads); we set the same variables for the same reasons.
-    """
-    tokens = []
-    try:
-        if part == "plan":
-            tokens.append((agents._known_tools, agents._known_tools.set(list(inputs.get("available_tools") or catalog.names))))
-        elif part == "analyze":
-            tokens.append((agents._distortion_set, agents._distortion_set.set(inputs.get("distortion_set"))))
-        elif part == "select":
-            full_reference = inputs.get("reference_mode") == "Full-Reference"
-            allowed = {
-                name: "" if full_reference or mode == "NR" else "it is a full-reference tool and no reference image was given"
-                for name, mode in catalog.modes.items()
-            }
-            tokens.append((agents._allowed_tools, agents._allowed_tools.set(allowed)))
-        yield
-    finally:
-        for var, token in reversed(tokens):
-            var.reset(token)
+def facts_for(part: str, inputs: dict[str, Any], catalog: ToolCatalog) -> Facts:
+    """What the part's validator checks a reply against, as VLMRoles gives it in the pipeline."""
+    if part == "plan":
+        return Facts(known_tools=list(inputs.get("available_tools") or catalog.names))
+    if part == "analyze":
+        return Facts(distortion_set=inputs.get("distortion_set"))
+    if part == "select":
+        full_reference = inputs.get("reference_mode") == "Full-Reference"
+        return Facts(allowed_tools={
+            name: "" if full_reference or mode == "NR" else "it is a full-reference tool and no reference image was given"
+            for name, mode in catalog.modes.items()
+        })
+    return Facts()
 
 
 class PartProgram(dspy.Module):
@@ -83,8 +60,7 @@ class PartProgram(dspy.Module):
     def forward(self, **inputs: Any) -> dspy.Prediction:
         trace = dspy.settings.trace
         start = len(trace) if trace is not None else 0
-        with validation_context(self.part, inputs, self.catalog):
-            result = self.step(**inputs)
+        result = self.step(facts=facts_for(self.part, inputs, self.catalog), **inputs)
         if trace is not None:
             _drop_rejected(trace, start, result.prediction)
         if result.ok:

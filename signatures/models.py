@@ -685,6 +685,25 @@ class SummarizerOutput(BaseModel):
     prob_mode: Optional[ProbMode] = None
     prob_source: Optional[str] = None  # free-text note: which token, which fallback, which analyst
 
+    @classmethod
+    def from_fusion(
+        cls, fused: Any, reasoning: str, prob_source: str, *, prob_mode: Optional[str] = None,
+        need_replan: bool = False, replan_reason: Optional[str] = None,
+    ) -> "SummarizerOutput":
+        """The scoring answer from a score-fusion result (`agentic_iqa.fusion.FusionResult`: `level`,
+        `score`, `probabilities()`, `prob_mode_used`): one wording for every backend."""
+        return cls(
+            final_answer=f"{fused.level} ({LEVEL_NAMES[fused.level]}), score {fused.score:.2f}/5",
+            quality_reasoning=reasoning,
+            need_replan=need_replan,
+            replan_reason=replan_reason if need_replan else None,
+            level=fused.level,
+            score=fused.score,
+            probabilities=fused.probabilities(),
+            prob_mode=prob_mode or fused.prob_mode_used,
+            prob_source=prob_source,
+        )
+
     @field_validator("final_answer", "quality_reasoning")
     @classmethod
     def _non_empty(cls, v: str, info: ValidationInfo) -> str:

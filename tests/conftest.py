@@ -10,6 +10,8 @@ def _hermetic_env(tmp_path_factory):
     mp = pytest.MonkeyPatch()
     mp.setenv("AGENTIC_IQA_CACHE_DIR", str(tmp_path_factory.mktemp("agentic-iqa-cache")))
     mp.setenv("HF_HUB_OFFLINE", "1")
+    mp.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("xdg-config")))  # no user config dir leaks in
+    mp.delenv("AGENTIC_IQA_CONFIG", raising=False)
     mp.delenv("AGENTIC_IQA_OFFLINE", raising=False)
     mp.delenv("AGENTIC_IQA_TOOL_FILES", raising=False)
     mp.delenv("AGENTIC_IQA_WEIGHTS_DIR", raising=False)

@@ -35,7 +35,7 @@ from agentic_iqa.batch import (
     scan_directory,
 )
 from agentic_iqa.cli import app
-from agentic_iqa.cli.common import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_PARTIAL
+from agentic_iqa.cli.common import EXIT_BAD_INPUT, EXIT_OK, EXIT_PARTIAL
 from agentic_iqa.config import load_settings
 from iqa_tools import ToolRegistry
 
@@ -172,7 +172,7 @@ def test_manifest_path_escape_is_a_failed_line_not_a_lost_row(tmp_path, settings
     assert recs["in"]["status"] == "ok" and recs["out"]["status"] == "failed"
     assert recs["out"]["error_type"] == "bad_input" and "outside the manifest's folder" in recs["out"]["error"]
     assert recs["out"]["image_sha256"] is None  # the refused file was not even read
-    assert vlm.count() == 5 and summary.exit_code == EXIT_PARTIAL  # only the allowed image reached the model
+    assert vlm.count() == 5 and summary.status == "partial"  # only the allowed image reached the model
 
 
 # ── keys ────────────────────────────────────────────────────────────────────────────────────────
@@ -440,7 +440,7 @@ def test_resume_runs_only_what_is_missing_and_replaces_changed_files(tmp_path, s
     assessor, vlm = canned_assessor(settings, registry)
     items = [BatchItem(image=str(p)) for p in imgs] + [BatchItem(image=str(tmp_path / "in" / "missing.jpg"))]
     first = run_batch(items, out, assessor, concurrency=2)
-    assert (first.ok, first.failed, first.exit_code) == (4, 1, EXIT_PARTIAL)
+    assert (first.ok, first.failed, first.status) == (4, 1, "partial")
     assert vlm.count() == 20
 
     again = run_batch(items, out, assessor, resume=True)
@@ -452,7 +452,7 @@ def test_resume_runs_only_what_is_missing_and_replaces_changed_files(tmp_path, s
     assert (third.ran, third.ok, third.already_done, third.replaced_lines) == (2, 2, 3, 2)
     recs = lines(out)
     assert len(recs) == 5 and len({r["identity"] for r in recs}) == 5 and all(r["status"] == "ok" for r in recs)
-    assert third.exit_code == EXIT_OK
+    assert third.status == "ok"
 
 
 def test_duplicates_in_the_input_are_assessed_once(tmp_path, settings, registry):
@@ -474,7 +474,7 @@ def test_interrupted_batch_keeps_finished_items_and_resumes(tmp_path, settings, 
             raise KeyboardInterrupt
 
     stopped = run_batch(items, out, assessor, concurrency=2, on_result=ctrl_c_after_two)
-    assert stopped.interrupted and stopped.exit_code == EXIT_INTERRUPTED and len(lines(out)) == 2
+    assert stopped.interrupted and stopped.status == "interrupted" and len(lines(out)) == 2
     done = run_batch(items, out, assessor, concurrency=2, resume=True)
     assert (done.already_done, done.ran) == (2, 4)
     assert sorted(r["image"] for r in lines(out)) == sorted(map(str, imgs))

@@ -217,3 +217,29 @@ def test_probability_mode_can_be_set_per_pipeline(tmp_path, registry, images):
     }, img, "Rate this photo")
     assert result.result.prob_mode == "uniform"
     assert list(result.result.probabilities.values()) == pytest.approx([0.2] * 5)
+
+
+def test_progress_events_stream_from_the_nodes_and_the_trace_lives_in_the_state(settings, registry, images):
+    """Progress goes out through LangGraph's stream writer; the result is built from the final state."""
+    routes = {"plan": valid_reply("plan"), "detect": valid_reply("detect"), "analyze": valid_reply("analyze"),
+              "select": SELECT_PIQE, "score": valid_reply("score", level="B"), "_logprobs": LOGPROBS}
+    events: list[dict] = []
+    quiet, _ = run(settings, registry, routes, images[0], "Rate the quality")
+    loud, _ = run(settings, registry, routes, images[0], "Rate the quality", on_event=events.append)
+    starts = [e["stage"] for e in events if e["event"] == "start"]
+    assert starts[:2] == ["planner", "detect"] and starts[-2:] == ["evidence", "summarizer"]
+    assert {"analyze", "select", "execute"} <= set(starts)
+    assert [e["tool"] for e in events if e["event"] == "tool_start"] == ["PIQE"]
+    # The same answer with or without a listener; the counts come from the state's summed keys.
+    assert (loud.level, loud.lm_calls, loud.fallbacks) == (quiet.level, quiet.lm_calls, quiet.fallbacks) == ("B", 5, [])
+    assert [ev.stage for ev in loud.trace if ev.kind == "end"][-1] == "summarizer"
+
+
+def test_create_assessor_is_a_reusable_callable(images):
+    from agentic_iqa import create_assessor
+
+    iqa = create_assessor(offline=True, device="cpu")
+    assert iqa.settings.pipeline.tools.device == "cpu" and iqa.settings.pipeline.backend == "offline"
+    first, second = iqa(images[0]), iqa(images[0], "Is the image noisy?")
+    assert first.backend == "offline analyst" and 1.0 <= first.score <= 5.0
+    assert second.mode == "answer" and iqa.registry is iqa.registry  # one registry for every call

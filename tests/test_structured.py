@@ -102,8 +102,8 @@ def test_max_retries_is_configurable(image):
 def test_validate_callback_rejects_and_replaces():
     """Tool names the registry does not know are fed back; known ones come back in registry spelling."""
 
-    def known_tools_only(pred):
-        checked = ToolAssignment.model_validate(pred.selected_tools.root, context={"known_tools": TOOLS})
+    def known_tools_only(pred, facts):
+        checked = ToolAssignment.model_validate(pred.selected_tools.root, context={"known_tools": facts})
         return dspy.Prediction(selected_tools=checked)
 
     vlm = CannedVLM({"select": [
@@ -112,7 +112,7 @@ def test_validate_callback_rejects_and_replaces():
     ]})
     with vlm.context():
         result = StructuredPredict(SelectToolsSignature, validate=known_tools_only)(
-            distortion_set={"Global": ["Blurs", "Noise"]}, tool_description="QAlign (NR) ...", reference_mode="No-Reference"
+            facts=TOOLS, distortion_set={"Global": ["Blurs", "Noise"]}, tool_description="QAlign (NR) ...", reference_mode="No-Reference"
         )
     assert result.attempts == 2
     assert "unknown tool 'SuperIQA'" in result.errors[0] and "unknown tool 'SuperIQA'" in vlm.calls[1].system
@@ -122,15 +122,15 @@ def test_validate_callback_rejects_and_replaces():
 def test_validate_callback_checks_analysis_against_the_set(image):
     distortion_set = {"Global": ["Blurs"]}
 
-    def matches_set(pred):
-        check_analysis_matches(pred.distortion_analysis.root, distortion_set)
+    def matches_set(pred, facts):
+        check_analysis_matches(pred.distortion_analysis.root, facts)
 
     wrong = {"distortion_analysis": {"Global": [{"type": "Noise", "severity": "slight", "explanation": "grain"}]}}
     right = {"distortion_analysis": {"Global": [{"type": "blur", "severity": "mild", "explanation": "soft"}]}}
     vlm = CannedVLM({"analyze": [wrong, right]})
     with vlm.context():
         result = StructuredPredict(AnalyzeDistortionsSignature, validate=matches_set)(
-            query="q", image=image, distortion_set=distortion_set
+            facts=distortion_set, query="q", image=image, distortion_set=distortion_set
         )
     assert result.attempts == 2 and "'Noise' is not among the listed distortions" in result.errors[0]
     item = result.prediction.distortion_analysis.root["Global"][0]

@@ -1,4 +1,10 @@
-"""What every role implementation gets for one assessment, and the interface the graph calls.
+"""What the graph gives every role for one assessment, and the interface the graph calls.
+
+The graph's dependencies are LangGraph's run context (`GraphContext`, via `context_schema` and
+`Runtime`): the tool registry, the settings and the roles. The per-assessment facts live in the graph's
+state (`agentic_iqa.state.AgenticIQAState`). Each node hands its role an `AssessmentContext`: a view of
+both, plus the node's own trace recorder and progress writer; what a role computes once per assessment
+(`once`) goes back into typed state keys.
 
 Two backends implement `Roles`: the VLM agents (`agentic_iqa.agents.vlm`) and the offline analyst
 (`agentic_iqa.offline.analyst`). The graph, the state models, the tool registry and score fusion are
@@ -11,8 +17,17 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Protocol
 
 from agentic_iqa.config import Settings
-from agentic_iqa.state import Trace
+from agentic_iqa.state import ONCE_KEYS, Trace
 from signatures.models import DistortionAnalysis, ExecutorOutput, PlannerOutput, SummarizerOutput
+
+
+@dataclass(frozen=True)
+class GraphContext:
+    """The run context (LangGraph `context_schema`): what every node may use and no node changes."""
+
+    registry: Any                      # iqa_tools.ToolRegistry (typed loosely to keep imports light)
+    settings: Settings
+    roles: "Roles"
 
 
 @dataclass
@@ -20,13 +35,28 @@ class AssessmentContext:
     query: str
     image_path: Path
     reference_path: Optional[Path]
-    registry: Any                      # iqa_tools.ToolRegistry (typed loosely to keep imports light)
+    registry: Any
     settings: Settings
-    trace: Trace = field(default_factory=Trace)
     scoring: bool = True               # scoring mode (level A–E + fused score) vs explanation/QA mode
     use_cache: bool = True
-    emit: Callable[[dict], None] = lambda event: None   # progress events (per node, per tool)
-    memo: dict = field(default_factory=dict)            # per-assessment values computed once (images, stats)
+    trace: Trace = field(default_factory=Trace)
+    emit: Callable[[dict], None] = lambda event: None   # progress events (LangGraph's stream writer)
+    state: dict = field(default_factory=dict)          # the graph state this node was called with
+    updates: dict = field(default_factory=dict)        # values computed once, returned into the state
+
+    @classmethod
+    def for_node(cls, state: dict, deps: GraphContext, emit: Callable[[dict], None]) -> "AssessmentContext":
+        return cls(
+            query=state["query"],
+            image_path=Path(state["image_path"]),
+            reference_path=Path(state["reference_path"]) if state.get("reference_path") else None,
+            registry=deps.registry,
+            settings=deps.settings,
+            scoring=state["scoring"],
+            use_cache=state["use_cache"],
+            emit=emit,
+            state=state,
+        )
 
     @property
     def has_reference(self) -> bool:
@@ -34,6 +64,15 @@ class AssessmentContext:
 
     def known_tools(self) -> list[str]:
         return self.registry.names()
+
+    def once(self, key: str, compute: Callable[[], Any]) -> Any:
+        """The state's `key` (one of `state.ONCE_KEYS`), computed on first use in this assessment."""
+        if key not in ONCE_KEYS:
+            raise KeyError(f"{key!r} is not a once-per-assessment state key ({', '.join(sorted(ONCE_KEYS))})")
+        value = self.updates.get(key, self.state.get(key))
+        if value is None:
+            value = self.updates[key] = compute()
+        return value
 
 
 class Roles(Protocol):

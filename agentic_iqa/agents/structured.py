@@ -22,7 +22,7 @@ import functools
 import logging
 import re
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -41,7 +41,8 @@ STRICT_INSTRUCTION = (
 )
 _MAX_ECHO = 600  # characters of the rejected reply quoted back to the model
 
-Validator = Callable[[dspy.Prediction], Optional[dspy.Prediction]]
+#: validate(prediction, facts): raise ValueError to reject, return a replacement or None to accept.
+Validator = Callable[[dspy.Prediction, Any], Optional[dspy.Prediction]]
 
 
 @dataclass
@@ -140,6 +141,13 @@ class StructuredJSONAdapter(dspy.JSONAdapter):
     - What depends only on the signature (system message, response format) is built once per
       signature class instead of on every call, and images skip DSPy's text round trip (`format`).
       The messages and formats are DSPy's own: tests compare them with a stock JSONAdapter.
+
+    DSPy internals used, and the upstream reports that make them necessary (drop each override when
+    its report is fixed in the pinned DSPy; tests/test_structured.py compares against stock DSPy):
+    - `_prepare_response_format` (private): nested open mappings are closed into `{}`-only schemas,
+      https://github.com/stanfordnlp/dspy/pull/10009 (open).
+    - `Adapter.format` called directly, with stand-in images: formatting a call with a `dspy.Image`
+      re-parses the image's base64 text, https://github.com/stanfordnlp/dspy/issues/8570 (open).
     """
 
     def format_system_message(self, signature: type[dspy.Signature]) -> str:
@@ -239,7 +247,8 @@ class StructuredPredict(dspy.Module):
     Args:
         signature: the DSPy signature (its output fields should be Pydantic models or Literals).
         max_retries: retries after the first attempt (spec 000: 3), so at most 1 + max_retries LM calls.
-        validate: optional extra check, called with each parsed prediction; raise ValueError (a Pydantic
+        validate: optional extra check, called with each parsed prediction and the call's `facts`
+            (explicit per-call inputs such as the known tool names); raise ValueError (a Pydantic
             ValidationError is one) to reject it with that message, or return a replacement prediction
             (e.g. with tool names normalized), or None to accept it as is.
         adapter: the adapter to use (default StructuredJSONAdapter()).
@@ -278,10 +287,10 @@ class StructuredPredict(dspy.Module):
         )
         return base.with_instructions(feedback)
 
-    def _check(self, prediction: dspy.Prediction) -> dspy.Prediction:
+    def _check(self, prediction: dspy.Prediction, facts: Any) -> dspy.Prediction:
         if self.validate is None:
             return prediction
-        replacement = self.validate(prediction)
+        replacement = self.validate(prediction, facts)
         return prediction if replacement is None else replacement
 
     def _failed(self, attempt: int, exc: BaseException, errors: list[str]) -> None:
@@ -297,42 +306,54 @@ class StructuredPredict(dspy.Module):
         logger.error("%s: no valid output after %d attempts; last error: %s", name, attempts, errors[-1][:500])
         return StructuredResult(None, attempts, errors, name)
 
-    def forward(self, **inputs: Any) -> StructuredResult:
+    def _attempts(self, inputs: dict[str, Any], facts: Any) -> Generator[dict, dspy.Prediction, StructuredResult]:
+        """The one retry loop, shared by `forward` and `aforward`: yields each call's arguments and is
+        sent the prediction (or thrown the adapter's parse error); returns the StructuredResult."""
         errors: list[str] = []
         for attempt in range(1, self.max_retries + 2):
             call = dict(inputs)
             if errors:
                 call["signature"] = self._retry_signature(errors)
             try:
-                with dspy.context(adapter=self.adapter):
-                    prediction = self.predict(**call)
+                prediction = yield call
             except AdapterParseError as exc:  # not JSON, a missing field, or a type/validator violation
                 self._failed(attempt, exc, errors)
                 continue
             try:
-                prediction = self._check(prediction)
+                prediction = self._check(prediction, facts)
             except ValueError as exc:  # the caller's check; a pydantic ValidationError is a ValueError
                 self._failed(attempt, exc, errors)
                 continue
             return StructuredResult(prediction, attempt, errors, self.predict.signature.__name__)
         return self._give_up(self.max_retries + 1, errors)
 
-    async def aforward(self, **inputs: Any) -> StructuredResult:
-        errors: list[str] = []
-        for attempt in range(1, self.max_retries + 2):
-            call = dict(inputs)
-            if errors:
-                call["signature"] = self._retry_signature(errors)
-            try:
-                with dspy.context(adapter=self.adapter):
-                    prediction = await self.predict.acall(**call)
-            except AdapterParseError as exc:
-                self._failed(attempt, exc, errors)
-                continue
-            try:
-                prediction = self._check(prediction)
-            except ValueError as exc:
-                self._failed(attempt, exc, errors)
-                continue
-            return StructuredResult(prediction, attempt, errors, self.predict.signature.__name__)
-        return self._give_up(self.max_retries + 1, errors)
+    def forward(self, facts: Any = None, **inputs: Any) -> StructuredResult:
+        """`facts`: what `validate` checks the reply against (known tools, the distortion set, ...)."""
+        loop = self._attempts(inputs, facts)
+        try:
+            call = next(loop)
+            while True:
+                try:
+                    with dspy.context(adapter=self.adapter):
+                        prediction = self.predict(**call)
+                except AdapterParseError as exc:
+                    call = loop.throw(exc)
+                    continue
+                call = loop.send(prediction)
+        except StopIteration as done:
+            return done.value
+
+    async def aforward(self, facts: Any = None, **inputs: Any) -> StructuredResult:
+        loop = self._attempts(inputs, facts)
+        try:
+            call = next(loop)
+            while True:
+                try:
+                    with dspy.context(adapter=self.adapter):
+                        prediction = await self.predict.acall(**call)
+                except AdapterParseError as exc:
+                    call = loop.throw(exc)
+                    continue
+                call = loop.send(prediction)
+        except StopIteration as done:
+            return done.value

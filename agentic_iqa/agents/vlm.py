@@ -7,7 +7,6 @@ their results into the shared state models. Model mistakes are retried with feed
 """
 from __future__ import annotations
 
-import contextvars
 import os
 from typing import Any, Optional
 
@@ -16,119 +15,19 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 import dspy  # noqa: E402
 
 from agentic_iqa.agents.context import AssessmentContext  # noqa: E402
-from agentic_iqa.agents.structured import StructuredPredict, StructuredResult  # noqa: E402
+from agentic_iqa.agents.modules import AGENT_MODULES, MODULE_NAMES, AgentModule, Facts  # noqa: E402,F401
+from agentic_iqa.agents.structured import StructuredResult  # noqa: E402
 from agentic_iqa.agents.tool_execution import unique_tool_scores  # noqa: E402
 from agentic_iqa.config import Settings  # noqa: E402
 from agentic_iqa.fusion import ScoreFusion  # noqa: E402
 from agentic_iqa.lm import build_role_lms  # noqa: E402
-from signatures import (  # noqa: E402
-    AnalyzeDistortionsSignature,
-    DetectDistortionsSignature,
-    ExplainSignature,
-    PlanSignature,
-    ScoreSignature,
-    SelectToolsSignature,
-    format_evidence,
-    vlm_image,
-)
+from signatures import format_evidence, vlm_image  # noqa: E402
 from signatures.logprobs import read_level_logprobs  # noqa: E402
 from signatures.models import (  # noqa: E402
-    LEVEL_NAMES,
-    DistortionAnalysis,
     ExecutorOutput,
-    PlannerDecision,
     PlannerOutput,
     SummarizerOutput,
-    ToolAssignment,
-    check_analysis_matches,
 )
-
-# Per-call facts the validators need (set by the role method, read in the same thread).
-_known_tools: contextvars.ContextVar[list[str]] = contextvars.ContextVar("known_tools", default=[])
-_allowed_tools: contextvars.ContextVar[dict[str, str]] = contextvars.ContextVar("allowed_tools", default={})
-_distortion_set: contextvars.ContextVar[Optional[dict]] = contextvars.ContextVar("distortion_set", default=None)
-
-
-def _check_plan(pred: dspy.Prediction) -> dspy.Prediction:
-    decision = PlannerDecision.model_validate(
-        pred.planner_output.model_dump(), context={"known_tools": _known_tools.get()}
-    )
-    pred.planner_output = decision
-    return pred
-
-
-def _check_selection(pred: dspy.Prediction) -> dspy.Prediction:
-    allowed = _allowed_tools.get()  # name -> "" if usable here, else why not
-    assignment = ToolAssignment.model_validate(pred.selected_tools.model_dump(), context={"known_tools": list(allowed)})
-    problems = [
-        f"{tool!r} for {obj}/{dist} cannot be used: {allowed[tool]}"
-        for obj, by_dist in assignment.root.items()
-        for dist, tool in by_dist.items()
-        if allowed.get(tool)
-    ]
-    if problems:
-        usable = sorted(t for t, why in allowed.items() if not why)
-        raise ValueError("; ".join(problems) + f". Choose only from: {usable}")
-    pred.selected_tools = assignment
-    return pred
-
-
-def _check_analysis(pred: dspy.Prediction) -> dspy.Prediction:
-    check_analysis_matches(pred.distortion_analysis.root, _distortion_set.get())
-    return pred
-
-
-class Planner(dspy.Module):
-    def __init__(self, max_retries: int = 3):
-        super().__init__()
-        self.step = StructuredPredict(PlanSignature, max_retries, validate=_check_plan)
-
-    def forward(self, **inputs) -> StructuredResult:
-        return self.step(**inputs)
-
-
-class DistortionDetector(dspy.Module):
-    def __init__(self, max_retries: int = 3):
-        super().__init__()
-        self.step = StructuredPredict(DetectDistortionsSignature, max_retries)
-
-    def forward(self, **inputs) -> StructuredResult:
-        return self.step(**inputs)
-
-
-class DistortionAnalyzer(dspy.Module):
-    def __init__(self, max_retries: int = 3):
-        super().__init__()
-        self.step = StructuredPredict(AnalyzeDistortionsSignature, max_retries, validate=_check_analysis)
-
-    def forward(self, **inputs) -> StructuredResult:
-        return self.step(**inputs)
-
-
-class ToolSelector(dspy.Module):
-    def __init__(self, max_retries: int = 3):
-        super().__init__()
-        self.step = StructuredPredict(SelectToolsSignature, max_retries, validate=_check_selection)
-
-    def forward(self, **inputs) -> StructuredResult:
-        return self.step(**inputs)
-
-
-class Summarizer(dspy.Module):
-    """Explanation/QA mode and scoring mode (spec 003) as two predictors."""
-
-    def __init__(self, max_retries: int = 3):
-        super().__init__()
-        self.explain = StructuredPredict(ExplainSignature, max_retries)
-        self.score = StructuredPredict(ScoreSignature, max_retries)
-
-    def forward(self, scoring: bool, **inputs) -> StructuredResult:
-        return (self.score if scoring else self.explain)(**inputs)
-
-
-#: The compilable modules by the names `agentic-iqa compile --module` and `programs:` use.
-MODULE_NAMES = ("planner", "detect", "analyze", "select", "summarize")
-
 
 class VLMRoles:
     """Roles played by the configured VLM(s); `offline` takes over when the LM is unreachable."""
@@ -138,13 +37,7 @@ class VLMRoles:
         self.offline = offline
         self.lms = lms or build_role_lms(settings.backends)
         retries = settings.pipeline.max_retries
-        self.modules: dict[str, dspy.Module] = {
-            "planner": Planner(retries),
-            "detect": DistortionDetector(retries),
-            "analyze": DistortionAnalyzer(retries),
-            "select": ToolSelector(retries),
-            "summarize": Summarizer(retries),
-        }
+        self.modules: dict[str, AgentModule] = {name: AgentModule(name, retries) for name in AGENT_MODULES}
         self.fusion = ScoreFusion(eta=settings.pipeline.fusion.eta, prob_mode=settings.pipeline.fusion.prob_mode)
         models = sorted({lm.model for lm in self.lms.values() if lm is not None})
         self.name = f"vlm ({', '.join(models)})"
@@ -159,14 +52,17 @@ class VLMRoles:
     # ── helpers ─────────────────────────────────────────────────────────────────────────────────
 
     def _image(self, ctx: AssessmentContext) -> dspy.Image:
-        if "vlm_image" not in ctx.memo:
+        def make() -> dspy.Image:
             image, note = vlm_image(ctx.image_path, ctx.settings.pipeline.vlm_image_max_side)
-            ctx.memo["vlm_image"] = image
             if note:
                 ctx.trace.add("input", "note", note)
-        return ctx.memo["vlm_image"]
+            return image
 
-    def _call(self, ctx: AssessmentContext, stage: str, role: str, module: str, **inputs) -> Any:
+        return ctx.once("vlm_image", make)
+
+    def _call(self, ctx: AssessmentContext, stage: str, module: str, facts: Optional[Facts] = None,
+              part: Optional[str] = None, **inputs) -> Any:
+        role = AGENT_MODULES[module].role
         lm = self.lms.get(role)
         if lm is None:
             raise RuntimeError(f"no LM configured for the {role} role")
@@ -175,7 +71,7 @@ class VLMRoles:
         # entries per process): a long-lived service would grow by the size of each image, per call.
         quiet = {} if ctx.settings.pipeline.lm_history else {"disable_history": True, "trace": None}
         with dspy.context(lm=lm, **quiet):
-            result: StructuredResult = self.modules[module](**inputs)
+            result: StructuredResult = self.modules[module](part=part, facts=facts, **inputs)
         ctx.trace.count_lm(result.lm_calls, result.retries)
         for err in result.errors:
             ctx.trace.add(stage, "retry", err[:500])
@@ -190,9 +86,8 @@ class VLMRoles:
 
     def plan(self, ctx: AssessmentContext, replan_reason: Optional[str]) -> PlannerOutput:
         known = ctx.known_tools()
-        _known_tools.set(known)
         result = self._call(
-            ctx, "planner", "planner", "planner",
+            ctx, "planner", "planner", Facts(known_tools=known),
             query=ctx.query, image=self._image(ctx), reference_mode=self._reference_mode(ctx),
             available_tools=known, replan_reason=replan_reason,
         )
@@ -204,16 +99,15 @@ class VLMRoles:
 
     def detect(self, ctx: AssessmentContext, plan: PlannerOutput):
         result = self._call(
-            ctx, "detect", "executor", "detect", query=ctx.query, image=self._image(ctx), query_scope=plan.query_scope
+            ctx, "detect", "detect", query=ctx.query, image=self._image(ctx), query_scope=plan.query_scope
         )
         return result.prediction.distortion_set.root if result.ok else None
 
     def analyze(self, ctx: AssessmentContext, plan: PlannerOutput, distortion_set):
         if not distortion_set:
             return None
-        _distortion_set.set(distortion_set)
         result = self._call(
-            ctx, "analyze", "executor", "analyze", query=ctx.query, image=self._image(ctx), distortion_set=distortion_set
+            ctx, "analyze", "analyze", Facts(distortion_set=distortion_set), query=ctx.query, image=self._image(ctx), distortion_set=distortion_set
         )
         return result.prediction.distortion_analysis.root if result.ok else None
 
@@ -229,13 +123,12 @@ class VLMRoles:
                 allowed[name] = "it is a full-reference tool and no reference image was given"
             else:
                 allowed[name] = ""
-        _allowed_tools.set(allowed)
         # FR tools first when a reference exists (spec 000); NR tools are offered only without one.
         parts = [ctx.registry.describe_tools("FR", available_only=True)] if mode == "FR" else []
         parts.append(ctx.registry.describe_tools("NR", available_only=True))
         description = "\n".join(p for p in parts if p)
         result = self._call(
-            ctx, "select", "executor", "select",
+            ctx, "select", "select", Facts(allowed_tools=allowed),
             distortion_set=distortion_set or {"Global": ["Overall"]},
             tool_description=description, reference_mode=self._reference_mode(ctx),
         )
@@ -243,7 +136,7 @@ class VLMRoles:
 
     def summarize(self, ctx: AssessmentContext, plan: PlannerOutput, evidence: ExecutorOutput) -> SummarizerOutput:
         inputs = dict(query=ctx.query, image=self._image(ctx), evidence=format_evidence(evidence))
-        result = self._call(ctx, "summarizer", "summarizer", "summarize", scoring=ctx.scoring, **inputs)
+        result = self._call(ctx, "summarizer", "summarize", part="score" if ctx.scoring else "explain", **inputs)
         if not result.ok:
             raise ValueError("the summarizer returned no valid answer: " + (result.errors[-1][:300] if result.errors else ""))
         pred = result.prediction
@@ -269,16 +162,9 @@ class VLMRoles:
         reason = pred.replan_reason
         if fused.need_replan and plan.plan.tool_execution:
             need_replan, reason = True, reason or "; ".join(fused.warnings) or "score fusion failed"
-        return SummarizerOutput(
-            final_answer=f"{fused.level} ({LEVEL_NAMES[fused.level]}), score {fused.score:.2f}/5",
-            quality_reasoning=pred.quality_reasoning,
-            need_replan=need_replan,
-            replan_reason=reason if need_replan else None,
-            level=fused.level,
-            score=fused.score,
-            probabilities=fused.probabilities(),
-            prob_mode=fused.prob_mode_used,
-            prob_source=f"VLM chose {pred.level}; {fused.prob_note}; tool mean "
+        return SummarizerOutput.from_fusion(
+            fused, pred.quality_reasoning,
+            f"VLM chose {pred.level}; {fused.prob_note}; tool mean "
             + (f"{fused.qbar:.2f} from {len(scores)} score(s)" if fused.qbar is not None else "n/a (no tool scores)"),
+            need_replan=need_replan, replan_reason=reason,
         )
-

@@ -10,8 +10,7 @@ recorded with its reason and skipped.
 from __future__ import annotations
 
 import math
-import time
-from concurrent.futures import ThreadPoolExecutor
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Literal, Optional
@@ -67,31 +66,41 @@ def run_items(assessor, rows: list[ManifestRow], modes: list[Mode], concurrency:
     if on_start:
         on_start(len(jobs))
 
-    def one(job) -> ItemResult:
-        row, mode = job
-        item = ItemResult(row, mode)
-        ref = row.reference_path if mode == "fr" else None
-        t0 = time.perf_counter()
-        try:
-            # A question row is evaluated on its question only: its image is usually also a plain row,
-            # and scoring it twice would count that image twice in the correlations.
-            if row.question is None and (row.level is not None or row.mos is not None):
-                r = assessor.assess(row.image_path, None, ref, mode="score")
-                item.score, item.detected, item.timings = r.score, detected_categories(r), r.timings
-            if row.question:
-                a = assessor.assess(row.image_path, _question(row), ref, mode="answer")
-                item.answer = a.answer.strip()[:1].upper() if a.answer else None
-        except Exception as exc:  # noqa: BLE001 - an item that fails is recorded and skipped
-            item.error = f"{type(exc).__name__}: {exc}"
-        item.seconds = time.perf_counter() - t0
-        if on_item:
-            on_item(item)
-        return item
+    # Each job is one or two assessments, run by the batch runner (`assess_many`: its bounded pool,
+    # tool gate and memory care). A question row is evaluated on its question only: its image is
+    # usually also a plain row, and scoring it twice would count that image twice in the correlations.
+    from agentic_iqa.batch import BatchItem, assess_many
 
-    if concurrency <= 1:
-        return [one(j) for j in jobs]
-    with ThreadPoolExecutor(concurrency) as pool:
-        return list(pool.map(one, jobs))
+    results = [ItemResult(row, mode) for row, mode in jobs]
+    batch: list[BatchItem] = []
+    for j, (row, mode) in enumerate(jobs):
+        ref = str(row.reference_path) if mode == "fr" else None
+        if row.question is None and (row.level is not None or row.mos is not None):
+            batch.append(BatchItem(str(row.image_path), None, ref, mode="score", meta={"job": j}))
+        if row.question:
+            batch.append(BatchItem(str(row.image_path), _question(row), ref, mode="answer", meta={"job": j}))
+    remaining = Counter(b.meta["job"] for b in batch)
+    if on_item:
+        for j, item in enumerate(results):
+            if not remaining[j]:
+                on_item(item)  # nothing to assess for this job (no target and no question)
+    for done in assess_many(batch, assessor=assessor, concurrency=max(1, concurrency)):
+        j = done.item.meta["job"]
+        item = results[j]
+        if not done.ok:  # an item that fails is recorded and skipped
+            item.error = item.error or done.error
+        elif done.item.mode == "score":
+            r = done.result
+            item.score, item.detected, item.timings = r.score, detected_categories(r), r.timings
+            item.seconds += r.total_seconds
+        else:
+            a = done.result
+            item.answer = a.answer.strip()[:1].upper() if a.answer else None
+            item.seconds += a.total_seconds
+        remaining[j] -= 1
+        if not remaining[j] and on_item:
+            on_item(item)
+    return results
 
 
 def summarize(items: list[ItemResult]) -> dict:

@@ -117,7 +117,7 @@ def saturation_increase(x, factor, rng):
 def color_quantization(x, colors, rng):
     # Median-cut palette from a 1/4-size copy (full-size median cut costs 200 ms; octree collapses gray
     # images to 16 levels whatever is asked), then every pixel mapped to it without dithering.
-    im = Image.fromarray(_to_uint8(x))
+    im = Image.fromarray(to_uint8(x))
     small = im.resize((im.width // 4, im.height // 4), Image.Resampling.BOX)
     palette = small.quantize(colors=int(colors), method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
     q = im.quantize(palette=palette, dither=Image.Dither.NONE)
@@ -126,7 +126,7 @@ def color_quantization(x, colors, rng):
 
 def jpeg(x, quality, rng) -> bytes:
     buf = io.BytesIO()
-    Image.fromarray(_to_uint8(x)).save(buf, "JPEG", quality=int(quality))
+    Image.fromarray(to_uint8(x)).save(buf, "JPEG", quality=int(quality))
     return buf.getvalue()
 
 
@@ -134,7 +134,7 @@ def jpeg2000(x, ratio, rng):
     # Encoded at the given compression ratio, decoded back and stored losslessly (PNG): few tools
     # read .jp2, and the artefacts are in the pixels either way.
     buf = io.BytesIO()
-    Image.fromarray(_to_uint8(x)).save(buf, "JPEG2000", quality_mode="rates", quality_layers=[ratio])
+    Image.fromarray(to_uint8(x)).save(buf, "JPEG2000", quality_mode="rates", quality_layers=[ratio])
     buf.seek(0)
     return np.asarray(Image.open(buf).convert("RGB"), dtype=np.float32) / 255
 
@@ -224,7 +224,7 @@ assert {t.category for t in TYPES.values()} >= set(DISTORTION_CATEGORIES), "ever
 # ---------------------------------------------------------------------------------------------
 
 
-def _to_uint8(x: np.ndarray) -> np.ndarray:
+def to_uint8(x: np.ndarray) -> np.ndarray:
     return (np.clip(x, 0, 1) * 255 + 0.5).astype(np.uint8)
 
 
@@ -265,13 +265,13 @@ def distort(image: np.ndarray, type_name: str, level: int, seed: int = 0, key: s
 def _write_png(path: Path, x: np.ndarray) -> None:
     # cv2's encoder with Huffman-only deflate: ~2x faster than the default strategy and, on noisy
     # images, no larger. Writing dominates generation time.
-    ok, buf = cv2.imencode(".png", _to_uint8(x)[..., ::-1],
+    ok, buf = cv2.imencode(".png", to_uint8(x)[..., ::-1],
                            [cv2.IMWRITE_PNG_COMPRESSION, 1, cv2.IMWRITE_PNG_STRATEGY, cv2.IMWRITE_PNG_STRATEGY_HUFFMAN_ONLY])
     assert ok
     path.write_bytes(buf.tobytes())
 
 
-def _slug(name: str) -> str:
+def slug(name: str) -> str:
     return name.replace(" ", "-")
 
 
@@ -290,12 +290,12 @@ def _make_one_reference(args) -> list[dict]:
         for level in range(1, 6):
             out = distort(img, tname, level, seed, ref)
             ext = "jpg" if isinstance(out, bytes) else "png"
-            rel = Path("images") / ref / f"{ref}__{_slug(tname)}__L{level}.{ext}"
+            rel = Path("images") / ref / f"{ref}__{slug(tname)}__L{level}.{ext}"
             if isinstance(out, bytes):
                 (out_dir / rel).write_bytes(out)
             else:
                 _write_png(out_dir / rel, out)
-            rows.append(dict(id=f"{ref}__{_slug(tname)}__L{level}", image=rel.as_posix(),
+            rows.append(dict(id=f"{ref}__{slug(tname)}__L{level}", image=rel.as_posix(),
                              reference=ref_rel.as_posix(), type=tname, level=level, source=ref,
                              split="test" if ref in TEST_REFS else "train"))
     return rows

@@ -135,7 +135,9 @@ def _run(image, query, reference, lm, api_base, config, offline, mode, programs,
 
     image_path = resolve_example(image)
     reference_path = resolve_example(reference) if reference else None
-    assessor = Assessor(_settings(lm, api_base, config, offline, programs))
+    from agentic_iqa.cli.compile import lm_or_demo
+
+    assessor = Assessor(_settings(lm, api_base, config, offline, programs), make_lm=lm_or_demo)
     kw = dict(mode=mode, use_cache=not no_cache, resize_reference=resize_reference)
     if not show_progress:
         return assessor.assess(image_path, query, reference_path, **kw)
@@ -195,6 +197,8 @@ def render(result, verbose: bool = False) -> None:
     for f in result.fallbacks:
         con.print(f"[yellow]fallback:[/] {escape(f)}")
     if verbose:
+        if not any(n.startswith("configuration read from") for n in result.notes):
+            con.print("[dim]configuration: package defaults (no config files read)[/]")
         con.print(f"[dim]timings: {escape(json.dumps(result.timings))} · total {result.total_seconds:.2f} s · LM calls {result.lm_calls} · retries {result.retries} · replans {result.replans}[/]")
 
 
@@ -222,7 +226,9 @@ def _batch(images, manifest, out, query, reference, lm, api_base, config, offlin
             problems = []
         if not items and not problems:
             fail(_escape("no images to assess: " + ("; ".join(notes) or "the input is empty")), EXIT_BAD_INPUT)
-        assessor = Assessor(settings)
+        from agentic_iqa.cli.compile import lm_or_demo
+
+        assessor = Assessor(settings, make_lm=lm_or_demo)
         progress = _Progress(enabled=not quiet)
         with progress:
             summary = run_batch(
@@ -237,11 +243,13 @@ def _batch(images, manifest, out, query, reference, lm, api_base, config, offlin
     except Exception as exc:  # noqa: BLE001 - one clear line, never a traceback
         fail(_escape(f"batch failed: {type(exc).__name__}: {exc}"), EXIT_FAILED)
 
+    from agentic_iqa.cli.common import EXIT_OF_STATUS
+
+    code = EXIT_OF_STATUS[summary.status]
     if as_json:
-        typer.echo(json.dumps(summary.as_dict(), indent=2, ensure_ascii=False))
+        typer.echo(json.dumps({**summary.as_dict(), "exit_code": code}, indent=2, ensure_ascii=False))
     else:
         render_summary(summary)
-    code = summary.exit_code
     if summary.interrupted:
         # Assessments still running in worker threads would keep the interpreter alive until their LM
         # calls return (up to the timeout); every finished item is already fsync'd, so leave now.

@@ -12,6 +12,9 @@ EXIT_BAD_INPUT = 2   # bad arguments or input: missing/unreadable file, not an i
 EXIT_PARTIAL = 3     # a batch finished but some items were skipped (each one's reason is recorded)
 EXIT_INTERRUPTED = 130  # a batch stopped by Ctrl-C: finished items are saved; continue with --resume
 
+#: The core reports how a batch ended (`BatchSummary.status`); the CLI alone knows exit codes.
+EXIT_OF_STATUS = {"ok": EXIT_OK, "partial": EXIT_PARTIAL, "stopped": EXIT_BAD_INPUT, "interrupted": EXIT_INTERRUPTED}
+
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
     """Print one clear line to stderr (no traceback) and exit with `code`."""

@@ -18,10 +18,6 @@ import typer
 
 from agentic_iqa.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, fail
 
-MODULES = ("planner", "detect", "analyze", "select", "summarize")
-#: The configured role (configs/model_backends.yaml) whose LM plays each module.
-ROLE_OF_MODULE = {"planner": "planner", "detect": "executor", "analyze": "executor", "select": "executor",
-                  "summarize": "summarizer"}
 DEMO = "demo"
 DEMO_NOTE = ("demo LM: scripted answers from the fixtures' own labels, right with a probability that rises "
              "with the number of demos (optimizers/demo_lm.py). It shows the workflow; it measures no model.")
@@ -57,9 +53,11 @@ def compile_command(
     from rich.markup import escape  # messages quote paths and pip extras ("dspy[optuna]"), not markup
 
     setup_logging(verbose)
-    modules = list(MODULES) if module == "all" else [module]
-    if module != "all" and module not in MODULES:
-        fail(f"--module must be one of {', '.join(MODULES)} or all (got {module!r})")
+    from agentic_iqa.agents.modules import MODULE_NAMES  # the one table of agent modules
+
+    modules = list(MODULE_NAMES) if module == "all" else [module]
+    if module != "all" and module not in MODULE_NAMES:
+        fail(f"--module must be one of {', '.join(MODULE_NAMES)} or all (got {module!r})")
     if module == "all" and (trainset or valset):
         fail("--trainset/--valset are per module: use them with one --module, not all")
     try:
@@ -97,12 +95,41 @@ def _build_lm(spec: Optional[str], role: str, api_base: Optional[str], config: O
     return build_lm(role_lm, role)
 
 
+def _role_of(module: str) -> str:
+    from agentic_iqa.agents.modules import AGENT_MODULES
+
+    return AGENT_MODULES[module].role
+
+
+def shipped_demo_lm():
+    """`--lm demo`: the scripted fixture-echo LM of `optimizers.demo_lm` (NOT a model) over every shipped
+    fixture, so compile → assess --program can be tried offline. Unknown images get uninformed answers.
+    Only the CLI knows this name; the core builds real LMs only."""
+    from optimizers.demo_lm import FixtureEchoEngine, demo_lm
+    from agentic_iqa.agents.modules import MODULE_NAMES
+    from optimizers.fixtures import default_catalog, load_dataset
+
+    catalog = default_catalog()
+    examples = []
+    for module in MODULE_NAMES:
+        data = load_dataset(module, catalog=catalog)
+        examples += data.train + data.val
+    return demo_lm([], engine=FixtureEchoEngine(examples, catalog.modes, catalog.strengths))
+
+
+def lm_or_demo(role, role_name: str = "lm"):
+    """`agentic_iqa.lm.build_lm`, except that the model name `demo` gives the shipped demo LM."""
+    from agentic_iqa.lm import build_lm
+
+    return shipped_demo_lm() if role.model == DEMO else build_lm(role, role_name)
+
+
 def _lms(module: str, optimizer: str, lm: Optional[str], teacher: Optional[str], reflection_lm: Optional[str],
          api_base, config, dataset, catalog) -> dict[str, Any]:
     """The task, teacher and proposal LMs for one module (see compile_command's help for the fallbacks)."""
     from optimizers.demo_lm import FixtureEchoEngine, demo_lm
 
-    role = ROLE_OF_MODULE[module]
+    role = _role_of(module)
     engine: Optional[FixtureEchoEngine] = None
 
     def make(spec: Optional[str], proposal: bool = False):
@@ -146,7 +173,7 @@ def _compile(modules, optimizer, lm, teacher, reflection_lm, api_base, config, t
         if lms["task"] is None and optimizer != "labeled":
             raise CompileError(
                 f"no LM for the {module} module: pass --lm MODEL (or --lm demo for the offline demo LM), or configure "
-                f"the {ROLE_OF_MODULE[module]} role in configs/model_backends.yaml"
+                f"the {_role_of(module)} role in configs/model_backends.yaml"
                 + ("; MIPROv2 and GEPA also need it (or --teacher / --reflection-lm) to propose instructions"
                    if optimizer in ("mipro", "gepa") else "")
             )

@@ -46,7 +46,7 @@ class OfflineRoles:
     # ── measurements, once per assessment ───────────────────────────────────────────────────────
 
     def _analyses(self, ctx: AssessmentContext) -> dict:
-        if "analyses" not in ctx.memo:
+        def measure() -> dict:
             from agentic_iqa.offline import severity
 
             image = _as_array(ctx, "image", ctx.image_path)
@@ -54,8 +54,9 @@ class OfflineRoles:
             if reference is not None and reference.shape != image.shape:
                 ctx.trace.add("analyze", "note", "reference size differs from the image: no-reference statistics used")
                 reference = None
-            ctx.memo["analyses"] = severity.analyze(image, reference)
-        return ctx.memo["analyses"]
+            return severity.analyze(image, reference)
+
+        return ctx.once("offline_analyses", measure)
 
     # ── roles ───────────────────────────────────────────────────────────────────────────────────
 
@@ -110,14 +111,10 @@ class OfflineRoles:
         )
         reasoning = _reasoning(analyses, evidence, fused, expected)
         if ctx.scoring:
-            return SummarizerOutput(
-                final_answer=f"{fused.level} ({LEVEL_NAMES[fused.level]}), score {fused.score:.2f}/5",
-                quality_reasoning=reasoning,
-                level=fused.level,
-                score=fused.score,
-                probabilities=fused.probabilities(),
+            return SummarizerOutput.from_fusion(
+                fused, reasoning,
+                fused.prob_note + (f"; tool mean {fused.qbar:.2f} from {len(scores)} score(s)" if fused.qbar is not None else "; no tool scores"),
                 prob_mode="analyst",
-                prob_source=fused.prob_note + (f"; tool mean {fused.qbar:.2f} from {len(scores)} score(s)" if fused.qbar is not None else "; no tool scores"),
             )
         answer = answer_question(ctx.query, plan, analyses, fused.level)
         return SummarizerOutput(final_answer=answer, quality_reasoning=reasoning)
@@ -125,13 +122,12 @@ class OfflineRoles:
 
 def _as_array(ctx: AssessmentContext, key: str, path) -> "object":
     """The decoded image as float RGB HxWx3, through the registry's loader (16-bit, RGBA, CMYK handled)."""
-    memo_key = f"{key}_array"
-    if memo_key not in ctx.memo:
+    def decode():
         from iqa_tools import load_image
 
-        loaded = load_image(path, max_pixels=ctx.settings.pipeline.max_image_pixels)
-        ctx.memo[memo_key] = loaded.float_pixels()
-    return ctx.memo[memo_key]
+        return load_image(path, max_pixels=ctx.settings.pipeline.max_image_pixels).float_pixels()
+
+    return ctx.once(f"{key}_pixels", decode)
 
 
 def _ranked(analyses: dict) -> list:

@@ -1,0 +1,242 @@
+"""Batch items: what to assess (`BatchItem`), built from paths, a directory scan or an eval manifest,
+and the resume keys that identify an item's result (`prepare_item`, `config_fingerprint`).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Optional
+
+from agentic_iqa.config import Settings
+
+
+#: Bumped when the meaning of a results line changes; part of every key, so old lines are not reused.
+RESULTS_FORMAT = 1
+
+#: What a directory scan picks up (case-insensitive). Explicitly named files are taken whatever their name.
+IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp", ".gif"})
+
+
+class BatchError(ValueError):
+    """The batch cannot start (bad manifest, results file in use or not ours, …); the message says why."""
+
+
+
+# ── items ───────────────────────────────────────────────────────────────────────────────────────
+
+
+@dataclass(frozen=True)
+class BatchItem:
+    """One assessment to run. `problem` marks an item refused before running (it still gets a line)."""
+
+    image: str
+    query: Optional[str] = None
+    reference: Optional[str] = None
+    mode: str = "auto"
+    id: Optional[str] = None
+    meta: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    problem: Optional[str] = None
+
+
+def as_item(value: Any) -> BatchItem:
+    """Accept a BatchItem, a path, a dict with `image` (and query/reference/mode/id/meta), or a tuple
+    (image, query[, reference])."""
+    if isinstance(value, BatchItem):
+        return value
+    if isinstance(value, (str, os.PathLike)):
+        return BatchItem(image=str(value))
+    if isinstance(value, Mapping):
+        if "image" not in value:
+            raise TypeError(f"a batch item dict needs an 'image' key: {dict(value)!r}")
+        known = {k: value[k] for k in ("query", "reference", "mode", "id", "meta") if value.get(k) is not None}
+        if "reference" in known:
+            known["reference"] = str(known["reference"])
+        return BatchItem(image=str(value["image"]), **known)
+    if isinstance(value, tuple) and 1 <= len(value) <= 3:
+        image, query, reference = (*value, None, None)[:3]
+        return BatchItem(image=str(image), query=query, reference=None if reference is None else str(reference))
+    raise TypeError(f"cannot make a batch item from {type(value).__name__}: pass a path, a dict or a BatchItem")
+
+
+def scan_directory(folder: str | Path, recursive: bool = False) -> list[Path]:
+    """Image files in `folder` (by extension), sorted; hidden files and folders are skipped. Symlinked
+    folders are not followed (no loops); symlinked files are taken."""
+    root = Path(folder)
+    found: list[Path] = []
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".")) if recursive else []
+        for name in filenames:
+            if not name.startswith(".") and Path(name).suffix.lower() in IMAGE_EXTENSIONS:
+                found.append(Path(dirpath) / name)
+    return sorted(found)
+
+
+def items_from_paths(
+    paths: Iterable[str | Path],
+    *,
+    recursive: bool = False,
+    query: Optional[str] = None,
+    reference: Optional[str] = None,
+    mode: str = "auto",
+) -> tuple[list[BatchItem], list[str]]:
+    """Items for files and folders given on the command line, and notes (e.g. an empty folder).
+
+    Files are taken as named, whatever their extension (a missing one becomes a failed item with the
+    reason); folders are scanned for image files."""
+    items: list[BatchItem] = []
+    notes: list[str] = []
+    for raw in paths:
+        p = Path(raw)
+        if p.is_dir():
+            found = scan_directory(p, recursive)
+            if not found:
+                hint = "" if recursive else " (pass --recursive to include subfolders)"
+                notes.append(f"{raw}: no image files found{hint}")
+            items.extend(BatchItem(image=str(f), query=query, reference=reference, mode=mode) for f in found)
+        else:
+            items.append(BatchItem(image=str(raw), query=query, reference=reference, mode=mode))
+    return items, notes
+
+
+def _inside(path: Path, base: Path) -> bool:
+    try:
+        path.relative_to(base)
+        return True
+    except ValueError:
+        return False
+
+
+def manifest_query(question: Optional[str], options: Optional[Mapping[str, str]]) -> Optional[str]:
+    """A manifest row's question with its options appended the way the planner reads them ("A. Yes B. No")."""
+    if not question:
+        return None
+    if not options:
+        return question
+    return question.rstrip() + " " + " ".join(f"{k}. {v}" for k, v in options.items())
+
+
+def items_from_manifest(
+    path: str | Path,
+    *,
+    query: Optional[str] = None,
+    mode: str = "auto",
+    allow_outside: bool = False,
+) -> tuple[list[BatchItem], list[str]]:
+    """Items for an eval manifest (JSONL; `agentic_iqa.bench.manifest`), and its unusable rows.
+
+    Paths are relative to the manifest. A path that resolves outside the manifest's folder (absolute,
+    `..`, or a symlink pointing out) is refused unless `allow_outside`: a manifest from elsewhere must
+    not be able to send arbitrary files of this machine to a remote model. Refused rows still become
+    items (failed, with the reason), so the results file accounts for every row. A row's question
+    (with options) overrides `query`; its other fields are kept as `meta` in the results line."""
+    from agentic_iqa.bench.manifest import read_manifest
+
+    path = Path(path)
+    if not path.is_file():
+        raise BatchError(f"manifest {path} does not exist" if not path.exists() else f"manifest {path} is not a file")
+    try:
+        rows, problems = read_manifest(path, check_files=False, require_target=False)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BatchError(f"manifest {path} cannot be read: {exc}") from None
+    base = path.parent.resolve()
+    items: list[BatchItem] = []
+    for row in rows:
+        refused = []
+        for label, value in (("image", row.image), ("reference", row.reference)):
+            if value is None:
+                continue
+            target = (path.parent / value).resolve()
+            if not allow_outside and not _inside(target, base):
+                refused.append(f"{label} {value!r} resolves outside the manifest's folder {base}; "
+                               "refused (pass --allow-absolute to allow paths outside it)")
+        meta = row.model_dump(exclude_none=True, exclude={"image", "reference", "question", "options", "id"})
+        if row.question is not None:
+            meta["question"] = row.question
+            if row.options:
+                meta["options"] = row.options
+        items.append(BatchItem(
+            image=str(path.parent / row.image),
+            reference=None if row.reference is None else str(path.parent / row.reference),
+            query=manifest_query(row.question, row.options) or query,
+            mode=mode,
+            id=row.id,
+            meta=meta,
+            problem="; ".join(refused) or None,
+        ))
+    return items, [str(p) for p in problems]
+
+
+# ── keys ────────────────────────────────────────────────────────────────────────────────────────
+
+
+def _sha256_file(path: Path) -> Optional[str]:
+    h = hashlib.sha256()
+    try:
+        with path.open("rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+    except OSError:
+        return None
+    return h.hexdigest()
+
+
+def config_fingerprint(settings: Settings) -> str:
+    """A short hash of everything in the configuration that can change an answer.
+
+    Left out: where the cache lives and transport settings (retries, timeouts) — resuming with a
+    longer timeout must not redo finished items. Compiled programs and extra tool tables count by
+    content, not by path."""
+    data = settings.model_dump(mode="json", exclude={"config_dir": True, "config_files": True, "pipeline": {"cache"}})
+    for role in data["backends"].values():
+        role.pop("num_retries", None)
+        role.pop("timeout", None)
+    files = {
+        str(p): _sha256_file(Path(p)) or "missing"
+        for p in [*settings.pipeline.programs.values(), *settings.pipeline.tools.extra_tables]
+    }
+    blob = json.dumps({"format": RESULTS_FORMAT, "settings": data, "files": files}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _abs(path: str) -> str:
+    """Absolute, normalized, symlinks kept: the same file named the same way keys the same."""
+    if "://" in path[:12]:
+        return path  # a URL: refused later with a hint, but keyed as given
+    return os.path.normpath(os.path.abspath(os.path.expanduser(path)))
+
+
+def _digest(*parts: Any) -> str:
+    return hashlib.sha256(json.dumps(parts, ensure_ascii=False).encode()).hexdigest()
+
+
+@dataclass
+class PreparedItem:
+    """An item with its resume keys. `identity` ignores file contents (it names the item); `key`
+    includes them (it names the result)."""
+
+    index: int
+    item: BatchItem
+    query: str
+    image_sha256: Optional[str]
+    reference_sha256: Optional[str]
+    identity: str
+    key: str
+
+
+def prepare_item(index: int, item: BatchItem, settings: Settings, fingerprint: str) -> PreparedItem:
+    """Hash the item's files (cheap next to an assessment) and derive its keys. Never raises for a bad
+    file: an unreadable one hashes to None and the assessment reports why."""
+    from agentic_iqa.api import prepare_query
+
+    query, _ = prepare_query(item.query, settings.pipeline.max_query_chars)
+    image = _abs(item.image)
+    reference = _abs(item.reference) if item.reference else None
+    image_sha = None if item.problem else _sha256_file(Path(image))
+    ref_sha = None if (item.problem or reference is None) else _sha256_file(Path(reference))
+    identity = _digest(RESULTS_FORMAT, image, reference, query, item.mode, item.id, fingerprint)
+    return PreparedItem(index, item, query, image_sha, ref_sha, identity, _digest(identity, image_sha, ref_sha))
+
+
