@@ -17,6 +17,7 @@ from typing import Any, Callable, Literal, Optional
 from pydantic import BaseModel
 
 from agentic_iqa.config import ConfigError, Settings, load_settings
+from agentic_iqa.redact import redact_data
 from agentic_iqa.state import ExecutorOutput, PlannerOutput, SummarizerOutput, TraceEvent
 
 DEFAULT_SCORING_QUERY = "Rate the overall quality of this image."
@@ -237,7 +238,7 @@ def result_from_state(final: dict, total_seconds: float = 0.0) -> AssessmentResu
 
     events = final.get("trace") or []
     unreachable = final.get("lm_unreachable")
-    return AssessmentResult(
+    result = AssessmentResult(
         query=final["query"],
         image=final["image_path"],
         reference=final.get("reference_path"),
@@ -255,6 +256,9 @@ def result_from_state(final: dict, total_seconds: float = 0.0) -> AssessmentResu
         notes=notes(events),
         trace=events,
     )
+    # Everything in a result is printed, saved or cached: the model's own text (which may repeat a key it
+    # saw) and the error messages of servers that echo keys included. One pass masks them all.
+    return AssessmentResult.model_validate(redact_data(result.model_dump()))
 
 
 def make_roles(settings: Settings, make_lm: Optional[Callable] = None):

@@ -6,6 +6,7 @@ import re
 from typing import Optional
 
 from agentic_iqa.config import ROLES, ConfigError, ModelBackends, RoleLM
+from agentic_iqa.redact import redact, register_secret
 
 # LiteLLM otherwise tries to download a price list on first use (no network here, and none needed).
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -32,6 +33,7 @@ def build_lm(role: RoleLM, role_name: str = "lm"):
             raise ConfigError(
                 f"{role_name}: api_key_env names ${role.api_key_env}, which is not set; export it first"
             )
+        register_secret(key)  # masked in everything we print, log or save
         kwargs["api_key"] = key
     elif role.api_base and role.model.startswith("openai/") and not os.environ.get("OPENAI_API_KEY"):
         # Local OpenAI-compatible servers (vLLM, llama.cpp, ...) usually need no key, but the client wants one.
@@ -77,7 +79,7 @@ def lm_setup_problem(exc: BaseException, otherwise: str = "run without a model (
     stops with that message instead of degrading."""
     from dspy.utils.exceptions import LMInvalidRequestError
 
-    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    first = redact((str(exc).strip().splitlines() or [type(exc).__name__])[0])
     status = getattr(exc, "status", None)
     invalid_request = isinstance(exc, LMInvalidRequestError)
     if invalid_request and "Provider NOT provided" in first:

@@ -20,7 +20,9 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
     """Print one clear line to stderr (no traceback) and exit with `code`."""
     from rich.console import Console
 
-    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {message}")
+    from agentic_iqa.redact import redact
+
+    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {redact(message)}")
     raise typer.Exit(code)
 
 
@@ -29,5 +31,10 @@ def setup_logging(verbose: bool = False) -> None:
     import logging
 
     logging.basicConfig(level=logging.INFO if verbose else logging.CRITICAL, format="%(levelname)s %(name)s: %(message)s")
+    from agentic_iqa.redact import RedactingFilter
+
+    for handler in logging.getLogger().handlers:  # servers echo keys into messages we (and libraries) log
+        if not any(isinstance(f, RedactingFilter) for f in handler.filters):
+            handler.addFilter(RedactingFilter())
     for noisy in ("LiteLLM", "litellm", "httpx", "httpcore", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING if verbose else logging.CRITICAL)
