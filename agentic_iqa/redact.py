@@ -10,6 +10,10 @@ traces, results files, the score cache, compiled programs — goes through `reda
 * bearer tokens (`Authorization: Bearer …`) and provider-style keys (`sk-…`, `sk-ant-…`) even when
   they are not ours — a server may echo someone else's.
 
+Strings leaving the process must also be valid UTF-8: a file name that is not (on Linux, Python holds
+its odd bytes as lone surrogates) is written with those bytes as `\\xNN` escapes instead of failing
+the JSON writer after the work is done.
+
 Values shorter than 8 characters are never treated as secrets ("x", "not-needed" would mask
 ordinary words).
 """
@@ -30,6 +34,8 @@ _PATTERNS = (
     re.compile(r"()\b(?:sk|rk)-[A-Za-z0-9_\-]{16,}"),
 )
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_NOT_A_BYTE = re.compile("[\ud800-\udc7f\udd00-\udfff]")
 _registered: set[str] = set()
 _lock = threading.Lock()
 
@@ -53,6 +59,9 @@ def redact(text: Any) -> Any:
     """`text` with every secret masked; non-strings are returned unchanged."""
     if not isinstance(text, str) or not text:
         return text
+    if _SURROGATE.search(text):
+        text = _NOT_A_BYTE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)  # surrogates not from a file name
+        text = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
     for value in secret_values():
         if value in text:
             text = text.replace(value, MASK)

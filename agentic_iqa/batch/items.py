@@ -209,7 +209,7 @@ def _abs(path: str) -> str:
 
 
 def _digest(*parts: Any) -> str:
-    return hashlib.sha256(json.dumps(parts, ensure_ascii=False).encode()).hexdigest()
+    return hashlib.sha256(json.dumps(parts, ensure_ascii=False).encode("utf-8", "surrogateescape")).hexdigest()
 
 
 @dataclass

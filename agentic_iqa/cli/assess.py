@@ -15,7 +15,7 @@ from typing import List, Optional
 
 import typer
 
-from agentic_iqa.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, fail
+from agentic_iqa.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, fail, unexpected
 
 
 def assess_command(
@@ -118,14 +118,36 @@ def _single(image, query, reference, lm, api_base, config, offline, mode, progra
     except (ValueError, FileNotFoundError, PermissionError, IsADirectoryError) as exc:
         fail(_escape(str(exc)), EXIT_BAD_INPUT)
     except Exception as exc:  # noqa: BLE001 - one clear line, never a traceback
-        fail(_escape(f"assessment failed: {type(exc).__name__}: {exc}"), EXIT_FAILED)
-    if save_trace:
-        save_trace.parent.mkdir(parents=True, exist_ok=True)
-        save_trace.write_text(result.model_dump_json(indent=2), encoding="utf-8")
+        unexpected(exc, "assessment failed")
     if as_json:
         typer.echo(result.model_dump_json(indent=2, exclude={"trace"} if not verbose else None))
     else:
         render(result, verbose)
+    if save_trace:  # after the result is shown: a trace that cannot be written must not lose it
+        _save_trace(result, save_trace)
+
+
+def _save_trace(result, path: Path) -> None:
+    import stat
+    import tempfile
+
+    from agentic_iqa.redact import redact
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = result.model_dump_json(indent=2).encode("utf-8")
+        if path.exists() and not path.is_file():
+            if not stat.S_ISCHR(path.stat().st_mode):  # a folder, a FIFO (which would block), a socket
+                raise OSError(f"{'a folder' if path.is_dir() else 'not a regular file'}; give a file path")
+            with open(path, "wb") as fh:  # /dev/null, /dev/full: written in place, never replaced
+                fh.write(data)
+            return
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", delete=False) as tmp:
+            tmp.write(data)
+        os.replace(tmp.name, path)
+    except OSError as exc:
+        fail(_escape(redact(f"the result above is complete, but the trace could not be written to {path}: "
+                            f"{exc.strerror or exc}")), EXIT_FAILED)
 
 
 def _run(image, query, reference, lm, api_base, config, offline, mode, programs, no_cache, show_progress,
@@ -241,7 +263,7 @@ def _batch(images, manifest, out, query, reference, lm, api_base, config, offlin
     except (BatchError, ConfigError, ImageError) as exc:
         fail(_escape(str(exc)), EXIT_BAD_INPUT)
     except Exception as exc:  # noqa: BLE001 - one clear line, never a traceback
-        fail(_escape(f"batch failed: {type(exc).__name__}: {exc}"), EXIT_FAILED)
+        unexpected(exc, "batch failed")
 
     from agentic_iqa.cli.common import EXIT_OF_STATUS
 

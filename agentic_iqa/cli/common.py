@@ -1,6 +1,7 @@
 """Shared CLI plumbing: one-line errors and the documented exit codes."""
 from __future__ import annotations
 
+import sys
 from typing import NoReturn
 
 import typer
@@ -24,6 +25,23 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
 
     Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {redact(message)}")
     raise typer.Exit(code)
+
+
+def unexpected(exc: BaseException, what: str, code: int = EXIT_FAILED) -> NoReturn:
+    """An error we did not foresee: one line, or with AGENTIC_IQA_DEBUG=1 the (redacted) traceback first."""
+    import os
+    import traceback
+
+    from rich.markup import escape
+
+    from agentic_iqa.redact import redact
+
+    if os.environ.get("AGENTIC_IQA_DEBUG", "").strip() not in ("", "0"):
+        print(redact("".join(traceback.format_exception(exc))), file=sys.stderr, end="")
+        hint = ""
+    else:
+        hint = " (set AGENTIC_IQA_DEBUG=1 for the traceback)"
+    fail(escape(f"{what}: {type(exc).__name__}: {exc}") + hint, code)
 
 
 def setup_logging(verbose: bool = False) -> None:
