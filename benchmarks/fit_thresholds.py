@@ -4,7 +4,9 @@
     .venv/bin/python benchmarks/fit_thresholds.py --no-fit        # only report with the shipped thresholds
     .venv/bin/python benchmarks/fit_thresholds.py --json out.json # the report as JSON too
 
-Writes agentic_iqa/offline/thresholds.json (weights, monotone maps, clean-photo ranges, provenance).
+The shipped thresholds come from ``benchmarks/fit_corpus.py`` (real photos, leave-one-source-out). This
+older fit on 7 scikit-image photos writes ``--out`` (default benchmarks/out/synthetic_thresholds.json,
+weights, monotone maps, clean-photo ranges, provenance) for comparison; ``--no-fit`` reports the shipped file.
 Statistics are cached next to the manifest (offline_stats.json), keyed by file size and mtime.
 The report is the analyst alone (no IQA tools): top-1 category accuracy at levels 3-5 and the
 intra-group SRCC of the expectation of ``level_distribution``, in NR and FR mode.
@@ -190,11 +192,13 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bench", default=str(ROOT / "benchmarks/out/synthetic"), help="benchmark folder")
     ap.add_argument("--seed", type=int, default=0, help="seed when the benchmark must be generated")
-    ap.add_argument("--out", default=str(sv.THRESHOLDS_PATH))
+    ap.add_argument("--out", default=None, help="where a fit is written (default benchmarks/out/synthetic_thresholds.json; "
+                    "with --no-fit: the thresholds reported, default the shipped file)")
     ap.add_argument("--no-fit", action="store_true", help="report with the existing thresholds file")
     ap.add_argument("--json", help="also write the report here")
     ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
     args = ap.parse_args(argv)
+    args.out = args.out or str(sv.THRESHOLDS_PATH if args.no_fit else ROOT / "benchmarks/out/synthetic_thresholds.json")
 
     bench = Path(args.bench)
     manifest = bench / "manifest.jsonl"
@@ -222,6 +226,7 @@ def main(argv=None) -> int:
         fitted_rows = [r for r in train[0] if r.question is None]
         fitted_measured = [m for r, m in zip(*train[:2]) if r.question is None]
         thresholds = fit(fitted_rows, fitted_measured, train[2], meta)
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(thresholds, indent=1) + "\n")
         sv.load_thresholds.cache_clear()
         print(f"wrote {args.out}: {len(fitted_rows)} train images, {len(train[2])} references "

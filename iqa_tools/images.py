@@ -29,6 +29,7 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from iqa_tools.errors import ImageError
+from iqa_tools.files import MAX_IMAGE_FILE_BYTES, read_regular_file
 
 DEFAULT_MAX_PIXELS = 100_000_000  # decompression-bomb guard; configs/pipeline.yaml max_image_pixels
 
@@ -115,18 +116,11 @@ def read_source(src: Any, label: Optional[str] = None) -> ImageSource:
     if isinstance(src, str) and "://" in src[:12]:
         raise ImageError(f"{src}: URLs are not fetched; download the image first and pass the local file")
     if isinstance(src, (str, os.PathLike)):
-        path = Path(src).expanduser()
         name = label or str(src)
-        if not path.exists():
-            raise ImageError(f"{name}: file not found; check the path")
-        if path.is_dir():
-            raise ImageError(f"{name}: is a directory, not an image file")
         try:
-            data = path.read_bytes()
-        except PermissionError:
-            raise ImageError(f"{name}: permission denied; make the file readable (chmod +r)") from None
-        except OSError as exc:
-            raise ImageError(f"{name}: cannot be read ({exc.strerror or exc})") from None
+            data = read_regular_file(src, name, MAX_IMAGE_FILE_BYTES, "an image file")
+        except ValueError as exc:
+            raise ImageError(str(exc)) from None
         if not data:
             raise ImageError(f"{name}: file is empty (0 bytes); re-export or re-download the image")
         return ImageSource(label=name, data=data)
@@ -274,3 +268,19 @@ def decode(source: ImageSource, max_pixels: Optional[int] = None) -> LoadedImage
 def load_image(src: Any, *, label: Optional[str] = None, max_pixels: Optional[int] = None) -> LoadedImage:
     """Read and decode one image. Accepts str/Path, bytes, PIL.Image, numpy array, torch tensor."""
     return decode(read_source(src, label), max_pixels)
+
+
+def fit_pixels(img: LoadedImage, max_pixels: int) -> LoadedImage:
+    """`img` itself if it has at most `max_pixels` pixels, else a downscaled copy (aspect kept, Lanczos)."""
+    w, h = img.size
+    if w * h <= max_pixels:
+        return img
+    scale = (max_pixels / (w * h)) ** 0.5
+    size = (max(1, int(w * scale)), max(1, int(h * scale)))
+    if img.pixels.dtype == np.uint8:
+        small = np.array(Image.fromarray(img.pixels).resize(size, Image.Resampling.LANCZOS, reducing_gap=3.0))
+    else:  # float32 in [0, 1]: resample each channel in Pillow's 32-bit float mode
+        small = np.stack([np.asarray(Image.fromarray(np.ascontiguousarray(img.pixels[..., c])).resize(size, Image.Resampling.LANCZOS, reducing_gap=3.0))
+                          for c in range(3)], axis=-1).clip(0.0, 1.0).astype(np.float32)
+    return LoadedImage(pixels=np.ascontiguousarray(small), size=size, label=img.label, source=img.source, format=img.format,
+                       notes=[*img.notes, f"scored at {size[0]}×{size[1]}, downscaled from {w}×{h} (tool working size ≤ {max_pixels:,} px)"])

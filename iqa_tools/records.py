@@ -35,6 +35,7 @@ class ToolExecutionLog(BaseModel):
     fallback_for: Optional[str] = None  # the tool this run stands in for
     normalization: Optional[Literal["logistic", "linear"]] = None
     device: Optional[str] = None
+    working_size: Optional[tuple[int, int]] = None  # (width, height) the tool scored, after any downscaling
 
     @field_validator("normalized_score")
     @classmethod

@@ -36,7 +36,7 @@ from iqa_tools.errors import (
     UnknownToolError,
     WeightsMissingError,
 )
-from iqa_tools.images import ImageSource, LoadedImage, decode, max_pixels_default, read_source
+from iqa_tools.images import ImageSource, LoadedImage, decode, fit_pixels, max_pixels_default, read_source
 from iqa_tools.normalize import Normalization, normalize_score
 from iqa_tools.records import ToolExecutionLog
 from iqa_tools.table import ToolSpec, ToolTable, load_table
@@ -60,7 +60,8 @@ class ToolScore(BaseModel):
     seconds: float  # wall time of this call without one-time metric creation; a cache hit is just the lookup
     cached: bool = False
     device: Optional[str] = None
-    notes: list[str] = []  # image conversions applied (alpha, 16-bit, …)
+    notes: list[str] = []  # image conversions applied (alpha, 16-bit, downscaling to the working size, …)
+    working_size: Optional[tuple[int, int]] = None  # (width, height) the tool scored; None on a cache hit
 
     def to_log(
         self,
@@ -82,6 +83,7 @@ class ToolScore(BaseModel):
             cached=self.cached,
             normalization=self.normalization,
             device=self.device,
+            working_size=self.working_size,
         )
 
 
@@ -206,7 +208,7 @@ class ToolRegistry:
                 return True, "parameter file present"
             return True, "weights present" if spec.needs_weights else "weight-free"
         why = weights.describe_missing(spec, found, self.weights_dir)
-        if found.missing_files and not found.missing_modules and not self.offline:
+        if found.missing_files and not found.missing_modules and not found.model_file_missing and not self.offline:
             why += "; pyiqa downloads it on first use when online"
         return False, why
 
@@ -255,6 +257,8 @@ class ToolRegistry:
             raise DependencyMissingError(f"{spec.name}: {weights.describe_missing(spec, found, self.weights_dir)}", tool=spec.name)
         if found.missing_files:
             what = weights.describe_missing(spec, found, self.weights_dir)
+            if found.model_file_missing:
+                raise WeightsMissingError(f"{spec.name}: {what}", tool=spec.name)
             if self.offline:
                 raise WeightsMissingError(f"{spec.name}: {what}; offline mode is on, so nothing is downloaded", tool=spec.name)
             if not weights.can_reach_download_host():
@@ -275,6 +279,14 @@ class ToolRegistry:
 
         import pyiqa
         import torch
+
+        path = kwargs.get("pretrained_model_path")
+        if path and Path(path).suffix.lower() in (".pt", ".pth"):
+            try:  # pyiqa itself loads some checkpoints with weights_only=False: refuse anything but data first
+                torch.load(path, map_location="cpu", weights_only=True)
+            except Exception as exc:
+                raise ToolRunError(f"{spec.name}: model file {path} is not a plain tensor file ({type(exc).__name__}); "
+                                   "replace it (model files are data, never code)", tool=spec.name) from None
 
         try:
             # pyiqa prints progress ("Loading pretrained model …") to stdout; keep stdout for results.
@@ -311,16 +323,27 @@ class ToolRegistry:
                 f"{img.label} is {img.width}×{img.height}, too small for {spec.name}, which needs at least {spec.min_side} px on each side"
             )
 
-    def _key(self, spec: ToolSpec, src: ImageSource, ref: Optional[ImageSource]) -> str:
-        return cache_key(src.sha256, spec.name, spec.metric, ref.sha256 if ref else None, spec.version)
+    @staticmethod
+    def _working(spec: ToolSpec, img: LoadedImage, ref: Optional[LoadedImage]) -> tuple[LoadedImage, Optional[LoadedImage]]:
+        """The image (and reference) at the tool's working size: downscaled alike when larger."""
+        small = fit_pixels(img, spec.working_pixels)
+        if small is not img and min(small.size) < spec.min_side:
+            return img, ref  # a very long thin image: keep it rather than shrink below the tool's minimum
+        return small, (fit_pixels(ref, spec.working_pixels) if ref is not None else None)
 
-    def _finish(self, spec: ToolSpec, raw: float, label: str, seconds: float, device: str, key: Optional[str], notes: list[str]) -> ToolScore:
+    def _key(self, spec: ToolSpec, src: ImageSource, ref: Optional[ImageSource]) -> str:
+        version = f"{spec.version}|w{spec.working_pixels}"  # the working size changes scores of large images
+        return cache_key(src.sha256, spec.name, spec.metric, ref.sha256 if ref else None, version)
+
+    def _finish(self, spec: ToolSpec, raw: float, img: LoadedImage, seconds: float, device: str, key: Optional[str]) -> ToolScore:
+        label, notes = img.label, img.notes
         if not math.isfinite(raw):
             raise ToolRunError(f"{spec.name} returned a non-finite score ({raw}) for {label}", tool=spec.name)
         norm, how = self.normalize(spec.name, raw)
         if key is not None and self.cache is not None:
             self.cache.put(key, spec.name, raw, seconds, device)
-        return ToolScore(tool=spec.name, raw_score=raw, normalized_score=norm, normalization=how, seconds=seconds, device=device, notes=notes)
+        return ToolScore(tool=spec.name, raw_score=raw, normalized_score=norm, normalization=how, seconds=seconds, device=device,
+                         notes=notes, working_size=img.size)
 
     def _cached(self, spec: ToolSpec, key: str, t0: float) -> Optional[ToolScore]:
         hit = self.cache.get(key) if self.cache is not None else None
@@ -352,11 +375,12 @@ class ToolRegistry:
         img = decode(src, self.max_pixels)
         ref = decode(ref_src, self.max_pixels) if ref_src is not None else None
         self._check_sizes(spec, img, ref)
+        img, ref = self._working(spec, img, ref)
         try:
             raw = self._forward(metric, lock, spec, img.tensor, ref.tensor if ref else None)[0]
         except Exception as exc:
             raise ToolRunError(f"{spec.name} failed on {img.label}: {type(exc).__name__}: {exc}", tool=spec.name) from exc
-        return self._finish(spec, raw, img.label, time.perf_counter() - t0, device, key, img.notes)
+        return self._finish(spec, raw, img, time.perf_counter() - t0, device, key)
 
     def score_many(
         self,
@@ -411,6 +435,7 @@ class ToolRegistry:
                     img = decode(src, self.max_pixels)
                     ref = decode(ref_src, self.max_pixels) if ref_src is not None else None
                     self._check_sizes(spec, img, ref)
+                    img, ref = self._working(spec, img, ref)
                 except ImageError as exc:
                     results[i] = exc
                     continue
@@ -438,7 +463,7 @@ class ToolRegistry:
                         results[i] = raw
                         continue
                     try:
-                        results[i] = self._finish(spec, raw, img.label, spent + secs, device, key, img.notes)
+                        results[i] = self._finish(spec, raw, img, spent + secs, device, key)
                     except ToolError as exc:
                         results[i] = exc
         return results

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from iqa_tools.categories import STRENGTHS, StrengthName
 from iqa_tools.errors import ToolTableError
+from iqa_tools.files import MAX_TOOL_FILE_BYTES, read_regular_file
 
 BUNDLED_TABLE = Path(__file__).with_name("tools.yaml")
 
@@ -36,6 +37,9 @@ class ToolSpec(BaseModel):
     model_path: Optional[str] = None
     metric_kwargs: dict[str, Any] = {}
     min_side: int = Field(32, ge=1)
+    # Larger images are scored on a downscaled copy (aspect kept) of at most this many pixels: IQA tools are
+    # defined at a scale, and memory grows with pixels (MS-SSIM takes 4.8 GB at 4 MP). See benchmarks/memory_bench.py.
+    working_pixels: int = Field(2_000_000, ge=4096)
     version: str = "1"
     notes: str = ""
     source: Optional[str] = None  # the file the entry came from (set by the loader)
@@ -102,9 +106,10 @@ class ToolTable(BaseModel):
 
 def _read(path: Path) -> dict:
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ToolTableError(f"tool file {path}: cannot be read ({exc.strerror or exc})") from None
+        text = read_regular_file(path, f"tool file {path}", MAX_TOOL_FILE_BYTES, "a tool file").decode("utf-8")
+    except ValueError as exc:  # includes UnicodeDecodeError
+        msg = f"tool file {path}: not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else str(exc)
+        raise ToolTableError(msg) from None
     try:
         data = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
     except (yaml.YAMLError, json.JSONDecodeError) as exc:

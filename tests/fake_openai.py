@@ -76,6 +76,8 @@ class FakeOpenAIServer:
         self.responder = responder
         self.latency = latency
         self.requests: list[dict] = []
+        self.in_flight = 0        # chat requests being answered right now
+        self.peak_in_flight = 0   # the most seen at once (tests check a client-side cap holds)
         self._lock = threading.Lock()
         server = self
 
@@ -102,9 +104,16 @@ class FakeOpenAIServer:
                     server.requests.append({"path": self.path, "body": body, "headers": dict(self.headers)})
                 if not self.path.rstrip("/").endswith("chat/completions"):
                     return self._send(404, {"error": {"message": f"no route {self.path}"}})
-                reply = server.responder(body)
-                if server.latency or reply.delay:
-                    time.sleep(server.latency + reply.delay)
+                with server._lock:
+                    server.in_flight += 1
+                    server.peak_in_flight = max(server.peak_in_flight, server.in_flight)
+                try:
+                    reply = server.responder(body)
+                    if server.latency or reply.delay:
+                        time.sleep(server.latency + reply.delay)
+                finally:
+                    with server._lock:
+                        server.in_flight -= 1
                 if reply.status != 200:
                     err = reply.error_body or {"error": {"message": f"scripted {reply.status}", "type": "server_error"}}
                     return self._send(reply.status, err, reply.headers)

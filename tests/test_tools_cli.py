@@ -41,7 +41,8 @@ def test_list_json():
     rows = {row["name"]: row for row in json.loads(r.output)}
     assert len(rows) == 31
     assert rows["PIQE"]["available"] and rows["PIQE"]["reason"] == "weight-free"
-    assert not rows["BRISQUE"]["available"] and "brisque_svm_weights.pth" in rows["BRISQUE"]["reason"]
+    assert rows["BRISQUE"]["available"] and rows["BRISQUE"]["reason"] == "parameter file present"
+    assert not rows["MUSIQ"]["available"] and "musiq_koniq_ckpt" in rows["MUSIQ"]["reason"]
     assert rows["QAlign"]["beta"] == [28.8204, 0.1469, 6.1941, -0.1906, 6.7863]
     avail = json.loads(invoke("list", "--json", "--available", "--mode", "FR").output)
     assert {row["name"] for row in avail} == {"FSIM", "GMSD", "SSIM", "VIF", "MS-SSIM", "PSNR", "VSI", "NLPD", "CW-SSIM"}
@@ -68,10 +69,10 @@ def test_run_full_reference():
 
 
 def test_run_fallback_json():
-    r = invoke("run", "BRISQUE", "example:coffee", "--fallback", "--json")
+    r = invoke("run", "MUSIQ", "example:coffee", "--fallback", "--json")
     assert r.exit_code == 0
     logs = json.loads(r.output)["logs"]
-    assert [e["tool_name"] for e in logs] == ["BRISQUE", "NIQE"]
+    assert [e["tool_name"] for e in logs] == ["MUSIQ", "NIQE"]
     assert logs[0]["raw_score"] == "NaN" and logs[1]["fallback"] is True  # strict JSON, no bare NaN
 
 
@@ -86,7 +87,7 @@ def test_run_fallback_json():
         (("run", "MUSIQ", "example:chelsea"), EXIT_FAILED, "musiq_koniq_ckpt-e95806b9.pth"),
         (("run", "CLIPIQA", "example:chelsea"), EXIT_FAILED, "[metrics] extra"),
         (("run", "PIQE", "example:chelsea", "--device", "gpu0"), EXIT_BAD_INPUT, "unknown device"),
-        (("list", "--tools-file", "/no/such.yaml"), EXIT_BAD_INPUT, "cannot be read"),
+        (("list", "--tools-file", "/no/such.yaml"), EXIT_BAD_INPUT, "file not found"),
         (("list", "--mode", "XR"), 2, "Invalid value"),
     ],
 )
@@ -97,9 +98,9 @@ def test_errors_are_one_line_with_exit_codes(args, code, message):
 
 
 def test_fallback_that_cannot_run_exits_failed(tmp_path):
-    only_brisque = tmp_path / "t.yaml"
-    only_brisque.write_text("fallback:\n  generic: [BRISQUE]\n  best_of: []\n")
-    r = invoke("run", "MUSIQ", "example:chelsea", "--fallback", "--tools-file", str(only_brisque))
+    only_maniqa = tmp_path / "t.yaml"
+    only_maniqa.write_text("fallback:\n  generic: [MANIQA]\n  best_of: []\n")
+    r = invoke("run", "MUSIQ", "example:chelsea", "--fallback", "--tools-file", str(only_maniqa))
     assert r.exit_code == EXIT_FAILED and "failed" in r.output
 
 

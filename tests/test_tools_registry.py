@@ -45,6 +45,7 @@ def images(tmp_path_factory):
         "blur": d / "blur.png",
         "tiny": d / "tiny.png",
         "small": d / "small.png",
+        "mini": d / "mini.png",
         "other": d / "other.png",
     }
     ref.save(paths["ref"])
@@ -52,6 +53,7 @@ def images(tmp_path_factory):
     ref.filter(ImageFilter.GaussianBlur(3)).save(paths["blur"])
     ref.resize((8, 8)).save(paths["tiny"])
     ref.resize((64, 64)).save(paths["small"])
+    ref.resize((16, 16)).save(paths["mini"])
     ref.resize((SIDE, SIDE - 10)).save(paths["other"])
     return paths
 
@@ -84,7 +86,7 @@ def _offline_tools() -> list[str]:
 
 
 def test_offline_tools_are_the_weight_free_ones():
-    assert set(_offline_tools()) == {"FSIM", "GMSD", "SSIM", "VIF", "MS-SSIM", "PSNR", "VSI", "NIQE", "PIQE", "NLPD", "CW-SSIM"}
+    assert set(_offline_tools()) == {"FSIM", "GMSD", "SSIM", "VIF", "MS-SSIM", "PSNR", "VSI", "NIQE", "BRISQUE", "PIQE", "NLPD", "CW-SSIM"}
 
 
 @pytest.mark.parametrize("tool", _offline_tools())
@@ -101,7 +103,7 @@ def test_every_offline_tool_returns_a_finite_score(reg, images, tool):
 
 
 def test_quality_ordering_on_nr_tools(reg, images):
-    for tool in ("NIQE", "PIQE"):
+    for tool in ("NIQE", "BRISQUE", "PIQE"):
         clean, noisy = reg.score(tool, images["ref"]).raw_score, reg.score(tool, images["noisy"]).raw_score
         assert clean < noisy, tool  # both lower-is-better
     assert reg.score("NIQE", images["blur"]).raw_score > reg.score("NIQE", images["ref"]).raw_score
@@ -164,10 +166,10 @@ def test_weight_tool_fails_fast_with_file_and_place(images, monkeypatch, tmp_pat
 def test_online_without_network_fails_fast_too(images, monkeypatch):
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens on the discard port
     r = ToolRegistry(cache=False, offline=False)
-    assert "downloads it on first use" in r.availability("BRISQUE")[1]
+    assert "downloads it on first use" in r.availability("MUSIQ")[1]
     t0 = time.perf_counter()
     with pytest.raises(WeightsMissingError, match="cannot reach 127.0.0.1 to download it"):
-        r.score("BRISQUE", images["noisy"])
+        r.score("MUSIQ", images["noisy"])
     assert time.perf_counter() - t0 < 1.5
 
 
@@ -183,7 +185,9 @@ def test_offline_setting_from_environment(monkeypatch):
 
 
 def test_weights_dir_checkpoint_is_passed_to_pyiqa(images, tmp_path):
-    (tmp_path / "musiq_koniq_ckpt-e95806b9.pth").write_bytes(b"not really a checkpoint")
+    import torch
+
+    torch.save({"not": torch.zeros(1)}, tmp_path / "musiq_koniq_ckpt-e95806b9.pth")  # plain data, wrong content
     r = ToolRegistry(cache=False, offline=True, weights_dir=tmp_path)
     assert r.availability("MUSIQ") == (True, "weights present")
     with pytest.raises(ToolRunError, match="pyiqa could not create metric 'musiq'"):
@@ -218,21 +222,44 @@ def test_tool_version_bump_invalidates(images, tmp_path):
 
 
 def test_fallback_chain_for_missing_weights(reg, images):
-    logs = reg.run("BRISQUE", images["noisy"], object_name="sky", distortion="Noise")
-    assert [entry.tool_name for entry in logs] == ["BRISQUE", "NIQE"]
+    logs = reg.run("MUSIQ", images["noisy"], object_name="sky", distortion="Noise")
+    assert [entry.tool_name for entry in logs] == ["MUSIQ", "NIQE"]
     failed, used = logs
-    assert "brisque_svm_weights.pth" in failed.error and not failed.fallback and math.isnan(failed.normalized_score)
-    assert used.ok and used.fallback and used.fallback_for == "BRISQUE"
+    assert "musiq_koniq_ckpt" in failed.error and not failed.fallback and math.isnan(failed.normalized_score)
+    assert used.ok and used.fallback and used.fallback_for == "MUSIQ"
     assert (used.object_name, used.distortion) == ("sky", "Noise")
     for entry in logs:  # they are valid spec-001 records and survive JSON
         assert ToolExecutionLog.model_validate_json(entry.model_dump_json()).tool_name == entry.tool_name
 
 
-def test_fallback_skips_to_best_runnable_nr_tool(reg, images):
-    logs = reg.run("MUSIQ", images["small"])  # 64 px: below NIQE's 96
-    assert [(e.tool_name, e.ok) for e in logs] == [("MUSIQ", False), ("NIQE", False), ("BRISQUE", False), ("PIQE", True)]
+def test_fallback_order_niqe_brisque_then_best_nr_tool(reg, images):
+    logs = reg.run("MUSIQ", images["small"])  # 64 px: below NIQE's 96, above BRISQUE's 32
+    assert [(e.tool_name, e.ok) for e in logs] == [("MUSIQ", False), ("NIQE", False), ("BRISQUE", True)]
     assert "too small for NIQE" in logs[1].error
+    logs = reg.run("MUSIQ", images["mini"])  # 16 px: only PIQE (8) takes it
+    assert [(e.tool_name, e.ok) for e in logs] == [("MUSIQ", False), ("NIQE", False), ("BRISQUE", False), ("PIQE", True)]
     assert all(e.fallback and e.fallback_for == "MUSIQ" for e in logs[1:])
+
+
+def test_brisque_model_not_installed_says_how(images, tmp_path):
+    table = tmp_path / "t.yaml"
+    table.write_text("tools:\n  - name: BRISQUE\n    model_path: nowhere/brisque_live_allmodel.pt\n")
+    r = ToolRegistry(table_paths=[table], cache=False, offline=False, device="cpu")
+    ok, why = r.availability("BRISQUE")
+    assert not ok and "python -m iqa_tools.model_files install brisque" in why and "downloads" not in why
+    with pytest.raises(WeightsMissingError, match="install brisque"):
+        r.score("BRISQUE", images["ref"])  # at once, no network attempt: pyiqa cannot fetch this file
+
+
+def test_model_file_that_is_code_is_refused(images, tmp_path):
+    import torch
+
+    bad = tmp_path / "brisque_live_allmodel.pt"
+    torch.save((print, torch.zeros(3)), bad)  # a pickled reference to a callable: weights_only refuses it
+    table = tmp_path / "t.yaml"
+    table.write_text(f"tools:\n  - name: BRISQUE\n    model_path: {bad}\n")
+    with pytest.raises(ToolRunError, match="not a plain tensor file"):
+        ToolRegistry(table_paths=[table], cache=False, offline=True, device="cpu").score("BRISQUE", images["ref"])
 
 
 def test_fallback_for_misuse_unknown_tool_and_nan(reg, images, monkeypatch):
@@ -282,7 +309,7 @@ def test_score_many_batches_and_isolates_bad_items(images, tmp_path):
     nr = r.score_many("PIQE", [images["noisy"], images["blur"], images["ref"]], use_cache=False)
     assert [round(s.raw_score, 4) for s in nr] == [round(single.score("PIQE", p).raw_score, 4) for p in (images["noisy"], images["blur"], images["ref"])]
     with pytest.raises(WeightsMissingError):
-        r.score_many("BRISQUE", [images["noisy"]])
+        r.score_many("MUSIQ", [images["noisy"]])
     with pytest.raises(ToolModeError):
         r.score_many("PIQE", [images["noisy"]], [images["ref"]])
 
@@ -323,3 +350,18 @@ def test_availability_is_reused_then_rechecked(tmp_path, monkeypatch):
     assert r.availability("MUSIQ")[0] is False  # still the remembered answer
     monkeypatch.setattr(registry_module, "AVAILABILITY_TTL", 0.0)
     assert r.availability("MUSIQ") == (True, "weights present")
+
+
+def test_large_images_are_scored_at_the_tool_working_size(tmp_path):
+    rng = np.random.default_rng(1)
+    big = tmp_path / "big.png"
+    arr = (rng.random((1500, 2000, 3)) * 255).astype(np.uint8)  # 3 MP
+    Image.fromarray(arr).save(big)
+    r = ToolRegistry(cache=False, offline=True, device="cpu")
+    piqe = r.score("PIQE", big)  # default working size 2,000,000 px
+    assert piqe.working_size == (1632, 1224) and any("downscaled from 2000×1500" in n for n in piqe.notes)
+    assert piqe.to_log().working_size == (1632, 1224)
+    fr = r.score("MS-SSIM", big, big)  # 1,000,000 px for MS-SSIM; image and reference alike
+    assert fr.working_size == (1154, 866) and fr.raw_score == pytest.approx(1.0, abs=1e-6)
+    small = r.score("PIQE", Image.fromarray(arr[:600, :800]))
+    assert small.working_size == (800, 600) and not any("downscaled" in n for n in small.notes)

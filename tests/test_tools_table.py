@@ -185,7 +185,7 @@ def test_bad_user_entries_name_the_entry_and_field(tmp_path, entry, message):
 
 
 def test_bad_user_files(tmp_path):
-    with pytest.raises(ToolTableError, match="cannot be read"):
+    with pytest.raises(ToolTableError, match="file not found"):
         load_table([tmp_path / "missing.yaml"])
     (tmp_path / "x.yaml").write_text("tools: [unclosed")
     with pytest.raises(ToolTableError, match="not valid YAML"):

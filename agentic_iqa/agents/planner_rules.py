@@ -18,13 +18,16 @@ from signatures.models import (
 
 # Words that name a distortion (or a quality attribute tied to one) -> spec category.
 _DISTORTION_WORDS: list[tuple[str, str]] = [
-    (r"blur\w*|out[- ]of[- ]focus|defocus\w*|motion[- ]blur|smear\w*|fuzzy", "Blurs"),
+    # Sharpness is the opposite of blur: "is it sharp / crisp / in focus?" is asked of the blur evidence;
+    # only over-sharpening (sharpened, halos) is the spec's "Sharpness" distortion.
+    (r"blur\w*|out[- ]of[- ]focus|defocus\w*|motion[- ]blur|smear\w*|fuzzy|(?<!over-)(?<!over)sharp(?:ness|ly|er|est)?|"
+     r"crisp\w*|in[- ]focus|detail\w*", "Blurs"),
     (r"nois\w*|grain\w*|speckle\w*|salt[- ]and[- ]pepper", "Noise"),
     (r"jpe?g\w*|compress\w*|block\w*|artifact\w*|artefact\w*|pixelat\w*|mosquito", "Compression"),
     (r"bright\w*|dark\w*|exposure|over-?exposed|under-?exposed|dim|illuminat\w*|lighting", "Brightness change"),
     (r"contrast\w*|washed[- ]out|flat", "Contrast"),
     (r"colou?r\w*|saturat\w*|desaturat\w*|hue|tint\w*|cast", "Color distortions"),
-    (r"sharp\w*|halo\w*|over-?sharpen\w*|crisp\w*|detail", "Sharpness"),
+    (r"over-?sharp\w*|sharpen\w*|halo\w*", "Sharpness"),
 ]
 
 # Aesthetic / semantic questions the paper routes to "Other" (no distortion tools apply).
@@ -76,19 +79,48 @@ def _is_distortion_word(word: str) -> bool:
     return any(re.fullmatch(pattern, word, re.I) for pattern, _ in _DISTORTION_WORDS)
 
 
+# A location phrase that belongs to the object before it: "the tree [in the center]", "the boat [on the left]".
+_LOCATION = re.compile(
+    r"\s+((?:in|on|at|near|behind|under|above|below|beside|by|along)\s+(?:the|this|that)\s+([a-z][a-z\-]*))", re.I)
+
+
+def _object_word(word: str, excluded: set) -> bool:
+    return not (word in excluded or word in _NOT_REGIONS or word in _NOT_OBJECTS or _OTHER_WORDS.fullmatch(word)
+                or _is_distortion_word(word) or word.endswith("ly"))
+
+
 def named_regions(text: str, exclude: Iterable[str] = ()) -> list[str]:
-    """Objects/regions the query is about: 'Is the sky blurry?' -> ['sky']; 'the man's face' -> ['face']."""
+    """Objects/regions the query is about, each as a whole phrase: 'Is the sky blurry?' -> ['sky'];
+    'the man's face' -> ['face']; 'the tree in the center' -> ['tree in the center'] (one object)."""
     regions: list[str] = []
     excluded = {e.lower() for e in exclude}
+    taken = 0  # end of the last phrase: a location phrase's own noun is not a second object
     for m in _REGION.finditer(text):
+        if m.start() < taken:
+            continue
         if regions and re.search(r"\bof\s*$", text[: m.start()], re.I):
             continue  # "the face of the man": the region is the face (but "the quality of the sky": the sky)
         word = (m.group(2) or m.group(1)).lower()
-        if word in excluded or word in _NOT_REGIONS or word in _NOT_OBJECTS or _OTHER_WORDS.fullmatch(word) or _is_distortion_word(word) or word.endswith("ly"):
+        if not _object_word(word, excluded):
             continue
-        if word not in regions:
-            regions.append(word)
+        phrase, taken = word, m.end()
+        loc = _LOCATION.match(text, m.end())
+        if loc and loc.group(2).lower() not in _NOT_REGIONS:
+            phrase, taken = f"{word} {' '.join(loc.group(1).lower().split())}", loc.end()
+        if phrase not in regions:
+            regions.append(phrase)
     return regions
+
+
+_SHARP_WORDS = re.compile(r"\b(?:(?<!over-)(?<!over)sharp(?:ness|ly|er|est)?|crisp\w*|in[- ]focus)\b", re.I)
+_BLUR_WORDS = re.compile(r"\b(?:blur\w*|out[- ]of[- ]focus|defocus\w*|smear\w*|fuzzy|soft)\b", re.I)
+
+
+def asks_sharpness(query: str) -> bool:
+    """True when the question asks whether the image is sharp (answered as "not blurred"), not whether
+    it is blurry or over-sharpened: 'Is the image sharp?', 'Is the face in focus?'."""
+    question = _question_part(query)
+    return bool(_SHARP_WORDS.search(question)) and not _BLUR_WORDS.search(question)
 
 
 def named_tools(text: str, tool_names: Iterable[str]) -> list[str]:

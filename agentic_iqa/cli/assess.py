@@ -48,6 +48,10 @@ def assess_command(
     allow_absolute: bool = typer.Option(False, "--allow-absolute", help="Let manifest paths point outside the manifest's folder (absolute paths, '..', symlinks)."),
     with_trace: bool = typer.Option(False, "--with-trace", help="Keep each result's full trace in the results file."),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar (it is shown only on a terminal anyway)."),
+    # ── scale-out ──
+    engine: str = typer.Option("local", "--engine", help="local | ray: run the batch on a Ray cluster (needs the [ray] extra); --out is then a folder of result shards."),
+    address: Optional[str] = typer.Option(None, "--address", help="With --engine ray: the cluster to join (auto, ray://host:10001); default: start Ray on this machine."),
+    fmt: str = typer.Option("jsonl", "--format", help="With --engine ray: result shards as jsonl or parquet."),
 ) -> None:
     """Assess image quality, or answer a question about an image, with evidence from real IQA tools.
     Several images, folders or a manifest run as a batch into --out (resumable with --resume)."""
@@ -76,6 +80,15 @@ def assess_command(
         fail("--save-trace is for one image; in a batch, pass --with-trace to keep traces in the results file")
     if manifest is not None and images:
         fail("give either images/folders or --manifest, not both")
+    if engine not in {"local", "ray"}:
+        fail(f"--engine must be local or ray (got {engine!r})")
+    if engine == "ray":
+        _ray_batch(images, manifest, out, query, reference, lm, api_base, config, offline, mode, program, no_cache,
+                   resize_reference, as_json, recursive, resume, retry_failed, overwrite, concurrency, allow_absolute,
+                   address, fmt)
+        return
+    if address is not None or fmt != "jsonl":
+        fail("--address and --format are for --engine ray")
     _batch(images, manifest, out, query, reference, lm, api_base, config, offline, mode, program, no_cache,
            resize_reference, as_json, recursive, resume, retry_failed, overwrite, concurrency, allow_absolute,
            with_trace, no_progress or as_json)
@@ -231,23 +244,13 @@ def _batch(images, manifest, out, query, reference, lm, api_base, config, offlin
            resize_reference, as_json, recursive, resume, retry_failed, overwrite, concurrency, allow_absolute,
            with_trace, quiet) -> None:
     from agentic_iqa.api import Assessor
-    from agentic_iqa.batch import BatchError, items_from_manifest, items_from_paths, run_batch
+    from agentic_iqa.batch import BatchError, run_batch
     from agentic_iqa.config import ConfigError
     from iqa_tools import ImageError
-    from iqa_tools.examples import resolve_example
 
     try:
         settings = _settings(lm, api_base, config, offline, program)
-        if manifest is not None:
-            items, problems = items_from_manifest(manifest, query=query, mode=mode, allow_outside=allow_absolute)
-            notes: list[str] = []
-        else:
-            ref = str(resolve_example(reference)) if reference else None
-            items, notes = items_from_paths([str(resolve_example(p)) for p in images], recursive=recursive,
-                                            query=query, reference=ref, mode=mode)
-            problems = []
-        if not items and not problems:
-            fail(_escape("no images to assess: " + ("; ".join(notes) or "the input is empty")), EXIT_BAD_INPUT)
+        items, problems, notes = _items(images, manifest, query, reference, mode, recursive, allow_absolute)
         from agentic_iqa.cli.compile import lm_or_demo
 
         assessor = Assessor(settings, make_lm=lm_or_demo)
@@ -265,13 +268,7 @@ def _batch(images, manifest, out, query, reference, lm, api_base, config, offlin
     except Exception as exc:  # noqa: BLE001 - one clear line, never a traceback
         unexpected(exc, "batch failed")
 
-    from agentic_iqa.cli.common import EXIT_OF_STATUS
-
-    code = EXIT_OF_STATUS[summary.status]
-    if as_json:
-        typer.echo(json.dumps({**summary.as_dict(), "exit_code": code}, indent=2, ensure_ascii=False))
-    else:
-        render_summary(summary)
+    code = _finish_batch(summary, as_json, exit=False)
     if summary.interrupted:
         # Assessments still running in worker threads would keep the interpreter alive until their LM
         # calls return (up to the timeout); every finished item is already fsync'd, so leave now.
@@ -279,6 +276,63 @@ def _batch(images, manifest, out, query, reference, lm, api_base, config, offlin
         sys.stderr.flush()
         os._exit(EXIT_INTERRUPTED)
     raise typer.Exit(code)
+
+
+def _items(images, manifest, query, reference, mode, recursive, allow_absolute):
+    """The batch's items, unusable manifest rows and notes (the same rules for every engine)."""
+    from agentic_iqa.batch import items_from_manifest, items_from_paths
+    from iqa_tools.examples import resolve_example
+
+    if manifest is not None:
+        items, problems = items_from_manifest(manifest, query=query, mode=mode, allow_outside=allow_absolute)
+        notes: list[str] = []
+    else:
+        ref = str(resolve_example(reference)) if reference else None
+        items, notes = items_from_paths([str(resolve_example(p)) for p in images], recursive=recursive,
+                                        query=query, reference=ref, mode=mode)
+        problems = []
+    if not items and not problems:
+        fail(_escape("no images to assess: " + ("; ".join(notes) or "the input is empty")), EXIT_BAD_INPUT)
+    return items, problems, notes
+
+
+def _ray_batch(images, manifest, out, query, reference, lm, api_base, config, offline, mode, program, no_cache,
+               resize_reference, as_json, recursive, resume, retry_failed, overwrite, concurrency, allow_absolute,
+               address, fmt) -> None:
+    """`--engine ray`: the batch on Ray Data (agentic_iqa.distributed), shards in the folder --out."""
+    from agentic_iqa.batch import BatchError
+    from agentic_iqa.config import ConfigError
+    from iqa_tools import ImageError
+
+    try:
+        from agentic_iqa.distributed import run_cli_batch
+
+        settings = _settings(lm, api_base, config, offline, program)
+        items, problems, notes = _items(images, manifest, query, reference, mode, recursive, allow_absolute)
+        summary = run_cli_batch(items, out, settings, address=address, fmt=fmt, resume=resume, retry_failed=retry_failed,
+                                overwrite=overwrite, concurrency=concurrency, use_cache=not no_cache,
+                                resize_reference=resize_reference, manifest_problems=problems, notes=notes)
+    except typer.Exit:
+        raise
+    except (BatchError, ConfigError, ImageError, ValueError) as exc:
+        fail(_escape(str(exc)), EXIT_BAD_INPUT)
+    except Exception as exc:  # noqa: BLE001 - one clear line, never a traceback
+        fail(_escape(f"batch failed: {type(exc).__name__}: {exc}"), EXIT_FAILED)
+    _finish_batch(summary, as_json)
+
+
+def _finish_batch(summary, as_json: bool, exit: bool = True) -> int:
+    """Print the batch summary (JSON or a table) and map its status to the exit code (raised unless `exit=False`)."""
+    from agentic_iqa.cli.common import EXIT_OF_STATUS
+
+    code = EXIT_OF_STATUS[summary.status]
+    if as_json:
+        typer.echo(json.dumps({**summary.as_dict(), "exit_code": code}, indent=2, ensure_ascii=False))
+    else:
+        render_summary(summary)
+    if exit:
+        raise typer.Exit(code)
+    return code
 
 
 class _Progress:

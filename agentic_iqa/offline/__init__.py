@@ -1,6 +1,6 @@
 """The offline analyst's measurement half: image statistics (``stats``) and their mapping to
 per-category severities, detections and a quality-level distribution (``severity``), with thresholds
-fitted on the synthetic benchmark (``thresholds.json``, refitted by ``benchmarks/fit_thresholds.py``).
+fitted on real photos from several sources (``thresholds.json``, refitted by ``benchmarks/fit_corpus.py``).
 
 Depends only on numpy, scipy, OpenCV and Pillow, so the agents can use it without a language model.
 """

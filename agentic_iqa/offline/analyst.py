@@ -2,7 +2,7 @@
 
 - Planner: DESIGN §3's rules applied to the query text (`planner_rules`).
 - Detection / analysis: measured image statistics per spec category (`offline.stats`, `offline.severity`,
-  thresholds fitted on the synthetic benchmark's training split), each with a one-line measured reason.
+  thresholds fitted on real photos from several sources (benchmarks/fit_corpus.py)), each with a one-line measured reason.
 - Tool selection: the registry's metadata (strengths; FR tools when a reference exists), restricted to
   tools that run here.
 - Summarizer: the analyst's own distribution over quality levels (derived from the measured
@@ -17,7 +17,7 @@ import re
 from typing import Optional
 
 from agentic_iqa.agents.context import AssessmentContext
-from agentic_iqa.agents.planner_rules import mcq_options, named_distortions, rule_plan
+from agentic_iqa.agents.planner_rules import asks_sharpness, mcq_options, named_distortions, rule_plan
 from agentic_iqa.agents.tool_execution import unique_tool_scores
 from agentic_iqa.fusion import ScoreFusion
 from signatures.models import (
@@ -74,12 +74,18 @@ class OfflineRoles:
     def analyze(self, ctx: AssessmentContext, plan: PlannerOutput, distortion_set) -> dict[str, list[DistortionAnalysis]]:
         analyses = self._analyses(ctx)
         targets = distortion_set or {obj: [a.category for a in _ranked(analyses) if a.severity != "none"] for obj in plan.query_scope}
+        asked = bool(plan.distortions)  # categories named in the query are judged as the query means them
         out: dict[str, list[DistortionAnalysis]] = {}
         for obj, categories in targets.items():
             items = []
             for cat in categories:
                 a = analyses.get(cat)
-                if a is not None:
+                if a is None:
+                    continue
+                if asked and cat == "Blurs":  # "blurry" / "sharp" ask about blur, not pixelation
+                    items.append(DistortionAnalysis(type=cat, severity=a.severity_of("blur"),
+                                                    explanation=a.explanations.get("blur", a.explanation)))
+                else:
                     items.append(DistortionAnalysis(type=cat, severity=a.severity, explanation=a.explanation))
             out[obj] = items
         return out
@@ -138,7 +144,7 @@ def _ranked(analyses: dict) -> list:
 
 def _reasoning(analyses: dict, evidence: ExecutorOutput, fused, expected: float) -> str:
     found = [a for a in _ranked(analyses) if a.severity != "none"]
-    parts = [a.explanation for a in found[:3]] or ["No distortion measured above the clean-photo range."]
+    parts = list(dict.fromkeys(a.explanation for a in found[:3])) or ["No distortion measured above the clean-photo range."]
     tools = [
         f"{lg.tool_name} {lg.raw_score:.3g} → {lg.normalized_score:.2f}/5" + (" (fallback)" if lg.fallback else "")
         for lg in evidence.tool_logs if lg.ok
@@ -156,13 +162,14 @@ def answer_question(query: str, plan: PlannerOutput, analyses: dict, fused_level
     options = mcq_options(query)
     asked = [c for dists in (plan.distortions or {}).values() for c in dists] or named_distortions(query)
     level_of = {c: a.level for c, a in analyses.items()}
+    sharp = asks_sharpness(query)  # "is it sharp?" = "is it free of blur?"
     if options:
         texts = {k: v.strip().rstrip(".?") for k, v in options.items()}
         yes = next((k for k, v in texts.items() if _YES.match(v)), None)
         no = next((k for k, v in texts.items() if _NO.match(v)), None)
         if yes and no and asked:
-            present = any(analyses[c].severity != "none" for c in asked if c in analyses)
-            return yes if present else no
+            present = any(_severity(analyses, c) != "none" for c in asked if c in analyses)
+            return yes if present != sharp else no
         by_category = {k: named_distortions(v) for k, v in texts.items()}
         if any(by_category.values()):
             return max(by_category, key=lambda k: max((level_of.get(c, 0.0) for c in by_category[k]), default=-1.0))
@@ -172,10 +179,21 @@ def answer_question(query: str, plan: PlannerOutput, analyses: dict, fused_level
             return min(by_level, key=lambda k: abs(by_level[k] - target))
         return next(iter(texts))  # no option the measurements can speak to; the reasoning says what was measured
     if asked:
-        found = [f"{c}: {analyses[c].severity}" for c in asked if c in analyses]
-        present = [c for c in asked if c in analyses and analyses[c].severity != "none"]
-        return ("Yes — " if present else "No — ") + "; ".join(found)
+        found = [f"{_name(c)}: {_severity(analyses, c)}" for c in asked if c in analyses]
+        present = [c for c in asked if c in analyses and _severity(analyses, c) != "none"]
+        return ("Yes — " if bool(present) != sharp else "No — ") + "; ".join(found)
     worst = _ranked(analyses)[0]
     if worst.severity == "none":
         return "No distortion stands out; the image measures within the clean-photo range."
     return f"The most visible distortion is {worst.category.lower()} ({worst.severity})."
+
+
+def _severity(analyses: dict, category: str) -> str:
+    """A category's severity as a question about it means it: "blurry" is the blur detector's verdict
+    alone (pixelation, reported under the same category, is not blur)."""
+    a = analyses[category]
+    return a.severity_of("blur") if category == "Blurs" else a.severity
+
+
+def _name(category: str) -> str:
+    return "blur" if category == "Blurs" else category

@@ -5,10 +5,11 @@ and one for too bright, "Color distortions" one each for washed-out, garish and 
 "Compression" one for JPEG blocking and one for JPEG2000 smearing. A detector is a weighted sum of a few
 hand-picked features (``FEATURES``; a leading "-" declares that the feature lowers the level, e.g. a
 high blur index argues for blur, a high share of detail on the strongest edges argues against it and for
-JPEG2000) followed by a monotone map onto the benchmark's level scale, both fitted on the synthetic
-benchmark's TRAIN split by ``benchmarks/fit_thresholds.py`` and stored in ``thresholds.json``: the
-weights by non-negative ridge regression towards the applied level (0 for clean images and other
-distortions), the map by isotonic regression of the level on the weighted sum. Its output
+JPEG2000) followed by a monotone map onto the benchmark's level scale, both fitted on real photos from
+several independent sources with synthetic damage by ``benchmarks/fit_corpus.py`` and stored in
+``thresholds.json``: the weights by non-negative ridge regression towards the applied level (0 for clean
+images and other distortions), the map by isotonic regression of the level on the weighted sum, and a
+clean offset (the level clean photos of unseen sources reach, ``fit_with_clean_offsets``). Its output
 ``level`` is a continuous estimate on 0..5 (0 = absent, 5 = the benchmark's strongest level); a
 category's level is its strongest detector's, and severities cut that scale at fixed points:
 none < 0.5 <= slight < 2.5 <= moderate < 3.5 <= severe < 4.5 <= extreme.
@@ -263,6 +264,40 @@ def fit_all(samples: Sequence[tuple[dict, Optional[str], int]], ridge: float = R
     return out
 
 
+CLEAN_QUANTILE = 90  # a level that this share of clean photos from unseen sources stays under is not damage
+
+
+def fit_with_clean_offsets(samples: Sequence[tuple[dict, Optional[str], int]], sources: Sequence[str],
+                           ridge: float = RIDGE, quantile: float = CLEAN_QUANTILE) -> dict:
+    """``fit_all`` on every sample, plus each detector's *clean offset*: the ``quantile`` of the levels it
+    gives clean photos of a source it was not fitted on (nested leave-one-source-out over ``sources``,
+    one per sample). Real photos differ by source in exactly what the global detectors measure (a
+    low-key photo is dark, a bokeh photo has little fine detail); a level that clean photos from unseen
+    sources reach is not evidence of damage, so ``_detector_level`` measures from that offset up
+    (rescaled so that level 5 stays 5). Ranking within a detector is unchanged."""
+    fitted = fit_all(samples, ridge)
+    names = sorted(set(sources))
+    clean_levels: dict = {m: {d.name: [] for d in DETECTORS} for m in ("nr", "fr")}
+    for held in names if len(names) > 1 else []:
+        inner = fit_all([smp for smp, src in zip(samples, sources) if src != held], ridge)
+        for smp, src in zip(samples, sources):
+            if src != held or smp[1] is not None:
+                continue
+            for mode in ("nr", "fr"):
+                if mode == "fr" and "fr_fine_gain" not in smp[0]:
+                    continue
+                st_ = smp[0] if mode == "fr" else {k: v for k, v in smp[0].items() if not k.startswith("fr_")}
+                for det in DETECTORS:
+                    if det.gate is None or det.gate(st_) is None:
+                        clean_levels[mode][det.name].append(_mapped_level(inner[mode][det.name], st_))
+    for mode in ("nr", "fr"):
+        for det in DETECTORS:
+            vals = clean_levels[mode][det.name]
+            off = float(np.percentile(vals, quantile)) if vals else 0.0
+            fitted[mode][det.name]["clean_offset"] = float(min(max(off, 0.0), 2.5))
+    return fitted
+
+
 def _primary_value(det: Detector, mode: str, s: dict) -> float:
     return float(s[det.primary if mode == "nr" else det.primary_fr])
 
@@ -289,7 +324,7 @@ def _primary_by_level(det: Detector, mode: str, samples) -> dict[str, float]:
 def load_thresholds(path: str = str(THRESHOLDS_PATH)) -> dict:
     p = Path(path)
     if not p.is_file():
-        raise FileNotFoundError(f"{p} is missing: run benchmarks/fit_thresholds.py to fit it")
+        raise FileNotFoundError(f"{p} is missing: run benchmarks/fit_corpus.py to fit it")
     return json.loads(p.read_text())
 
 
@@ -304,6 +339,12 @@ class CategoryAnalysis:
     detector: str                    # the strongest detector of the category
     evidence: dict[str, float] = field(default_factory=dict)
     level_raw: float = 0.0           # the same estimate before clipping to 0..5 (keeps extremes ranked)
+    detectors: dict[str, float] = field(default_factory=dict)  # every detector of the category: its level
+    explanations: dict[str, str] = field(default_factory=dict)  # every detector of the category: its line
+
+    def severity_of(self, detector: str) -> str:
+        """The severity one detector of this category measured ("blur" alone, not "pixelate")."""
+        return severity_of(self.detectors.get(detector, self.level if detector == self.detector else 0.0))
 
     @property
     def badness(self) -> float:
@@ -332,12 +373,19 @@ def _extrapolated_map(score: float, kx: Sequence[float], ky: Sequence[float]) ->
     return float(np.interp(score, kx, ky))
 
 
-def _detector_level(fit: dict, s: dict) -> float:
-    """Unclipped level estimate of one detector (may fall below 0 or above 5)."""
+def _mapped_level(fit: dict, s: dict) -> float:
+    """The fitted map's level for statistics ``s`` (before the clean offset)."""
     x = np.array([feature_value(f, s) for f in fit["features"]])
     z = (x - np.array(fit["mean"])) / np.array(fit["std"])
     score = float(z @ np.array(fit["coef"]) + fit["intercept"])
     return _extrapolated_map(score, fit["knots_x"], fit["knots_y"])
+
+
+def _detector_level(fit: dict, s: dict) -> float:
+    """Unclipped level estimate of one detector (may fall below 0 or above 5), measured from the level
+    clean photos of unseen sources reach (``clean_offset``, see ``fit_with_clean_offsets``)."""
+    level, off = _mapped_level(fit, s), fit.get("clean_offset", 0.0)
+    return 5.0 * (level - off) / (5.0 - off)
 
 
 def _confidence(level: float, rmse: float) -> float:
@@ -360,7 +408,14 @@ def _explain(det: Detector, mode: str, fit: dict, s: dict, level: float) -> str:
     else:
         basis = f"{name} {value:.3g}; clean training photos measure {lo:.3g}-{hi:.3g}"
     if verdict == "none":
+        if mode == "nr" and not lo <= value <= hi:
+            return (f"No {det.label} judged from the combined measures; {name} {value:.3g} alone is outside "
+                    f"what clean training photos measure ({lo:.3g}-{hi:.3g}).")
         return f"No {det.label} measured: {basis}."
+    if mode == "nr" and lo <= value <= hi:
+        # The call rests on the detector's other measures; the quoted one is not itself damage.
+        return (f"{verdict.capitalize()} {det.label} suggested by the combined measures; {name} {value:.3g} "
+                f"is itself within what clean training photos measure ({lo:.3g}-{hi:.3g}).")
     nearest = str(min(5, max(1, round(level))))
     typical = fit.get("by_level", {}).get(nearest)
     like = f"; level-{nearest} benchmark damage measured ~{typical:.3g}" if typical is not None else ""
@@ -383,13 +438,19 @@ def analyze_stats(nr: dict, fr: Optional[dict] = None, thresholds: Optional[dict
         text = f"No {det.label} judged: {reason}." if reason else _explain(det, mode, fit, s, level)
         cand = CategoryAnalysis(det.category, severity_of(level), round(level, 3), _confidence(level, fit["rmse"]),
                                 text, det.name, {key: round(float(s[key]), 5)}, raw)
+        cand.detectors[det.name] = round(level, 3)
+        cand.explanations[det.name] = text
         cur = best.get(det.category)
         if cur is None or cand.level > cur.level:
             if cur is not None:
                 cand.evidence = {**cur.evidence, **cand.evidence}
+                cand.detectors = {**cur.detectors, **cand.detectors}
+                cand.explanations = {**cur.explanations, **cand.explanations}
             best[det.category] = cand
         else:
             cur.evidence.update(cand.evidence)
+            cur.detectors.update(cand.detectors)
+            cur.explanations.update(cand.explanations)
     return {c: best[c] for c in DISTORTION_CATEGORIES}
 
 

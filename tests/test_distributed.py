@@ -1,0 +1,291 @@
+"""Scale-out on Ray Data (issue 15): `assess_dataset` and `assess … --engine ray` on a local 2-CPU Ray
+started here, against the local batch runner: same answers, one row per item through kills and
+interrupts, bad items as failed rows, a global cap on LM requests in flight.
+
+Real pyiqa weight-free tools, the offline analyst, and the real HTTP path to the fake model server."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+ray = pytest.importorskip("ray", reason="the [ray] extra is not installed (scripts/install.sh installs it)")
+
+from canned import disable_dspy_cache, valid_reply, write_test_image  # noqa: E402
+from fake_openai import FakeOpenAIServer, scripted  # noqa: E402
+
+from agentic_iqa.batch import assess_many  # noqa: E402
+from agentic_iqa.cli import app  # noqa: E402
+from agentic_iqa.cli.common import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_PARTIAL  # noqa: E402
+from agentic_iqa.config import load_settings  # noqa: E402
+from agentic_iqa.distributed import assess_dataset, make_coordinator, read_shards  # noqa: E402
+
+N = 40
+ROUTES = {
+    "plan": valid_reply("plan"), "detect": valid_reply("detect"), "analyze": valid_reply("analyze"),
+    "select": {"selected_tools": {"Global": {"Blurs": "PIQE", "Noise": "PIQE"}}},
+    "score": valid_reply("score", level="B"), "_logprobs": {"A": -2.5, "B": -0.5, "C": -1.1, "D": -3.0, "E": -5.0},
+}
+cli = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    disable_dspy_cache()
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray.get_runtime_context().gcs_address
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory):
+    d = tmp_path_factory.mktemp("ray-images")
+    return [str(write_test_image(d / f"img{i:02d}.jpg", size=(128, 96), seed=i, quality=30 + i)) for i in range(N)]
+
+
+def local(images, settings) -> dict:
+    from agentic_iqa.api import Assessor
+    from agentic_iqa.distributed import warm_up
+
+    assessor = Assessor(settings)
+    warm_up(assessor)  # as the workers do: torch imported by one thread
+    return {r.item.image: r for r in assess_many(images, assessor=assessor, concurrency=4)}
+
+
+def distributed(images, settings, **kw) -> dict:
+    ds = ray.data.from_items([{"image": p} for p in images])
+    rows = assess_dataset(ds, settings=settings, concurrency=2, batch_size=4, **kw).take_all()
+    assert len(rows) == len(images)
+    return {r["image"]: r for r in rows}
+
+
+def assert_same(loc: dict, dist: dict) -> None:
+    assert set(loc) == set(dist)
+    for image, res in loc.items():
+        row = dist[image]
+        assert res.ok and row["status"] == "ok", (image, row["error"])
+        assert row["score"] == res.result.score and row["level"] == res.result.level
+        assert row["answer"] == res.result.answer and row["backend"] == res.result.backend
+        assert row["key"] == res.key  # the local batch's resume key
+        tools = json.loads(row["tool_scores"])
+        assert [t["score"] for t in tools] == [lg.normalized_score for lg in res.result.evidence.tool_logs]
+
+
+def test_offline_results_match_the_local_batch(cluster, images, tmp_path):
+    settings = load_settings(tmp_path, backend="offline", cache={"enabled": False})
+    assert_same(local(images, settings), distributed(images, settings))
+
+
+def test_fake_model_results_match_the_local_batch(cluster, images, tmp_path):
+    with FakeOpenAIServer(scripted(ROUTES)) as srv:
+        settings = load_settings(tmp_path, lm="openai/fake-vlm", api_base=srv.base_url, cache={"enabled": False})
+        loc = local(images, settings)
+        dist = distributed(images, settings)
+    assert all(r.result.backend.startswith("vlm") and r.result.result.prob_mode == "logits" for r in loc.values())
+    assert_same(loc, dist)
+    assert len(srv.requests) == 2 * 5 * N  # five calls per image, each run
+
+
+def test_global_lm_cap_holds_across_actors(cluster, images, tmp_path):
+    with FakeOpenAIServer(scripted(ROUTES), latency=0.03) as srv:
+        settings = load_settings(tmp_path, lm="openai/fake-vlm", api_base=srv.base_url, cache={"enabled": False})
+        coordinator = make_coordinator(2)
+        dist = distributed(images[:16], settings, lm_max_in_flight=2, threads_per_worker=4, coordinator=coordinator)
+        state = ray.get(coordinator.state.remote())
+    assert all(r["status"] == "ok" and r["backend"].startswith("vlm") for r in dist.values())
+    assert len(state["workers"]) == 2  # two actors, eight threads wanting the model at once
+    assert srv.peak_in_flight == 2 and state["peak_in_flight"] == 2
+    assert len(srv.requests) == 5 * 16
+
+
+def test_a_429_backs_off_the_whole_cluster(cluster, images, tmp_path):
+    """The first request is rate limited (Retry-After 1 s): from then on no request of any actor starts
+    in that second (requests that had already got their slot may still land in the first moment)."""
+    from fake_openai import Reply
+
+    stamps: list[float] = []
+    limited: list[float] = []
+    lock = threading.Lock()
+    inner = scripted(ROUTES)
+
+    def responder(body):
+        with lock:
+            stamps.append(time.monotonic())
+            first = len(stamps) == 1
+            if first:
+                limited.append(time.monotonic())
+        return Reply(status=429, headers={"Retry-After": "1"}) if first else inner(body)
+
+    with FakeOpenAIServer(responder) as srv:
+        settings = load_settings(tmp_path, lm="openai/fake-vlm", api_base=srv.base_url, cache={"enabled": False})
+        for role in ("planner", "executor", "summarizer"):
+            settings.backends.role(role).num_retries = 2
+        coordinator = make_coordinator(4)
+        dist = distributed(images[:8], settings, coordinator=coordinator)
+        state = ray.get(coordinator.state.remote())
+    assert all(r["status"] == "ok" and r["backend"].startswith("vlm") for r in dist.values())
+    assert state["pauses"] == 1
+    t429 = limited[0]
+    assert not [t - t429 for t in stamps if t429 + 0.2 < t < t429 + 0.95]  # everyone waited out the back-off
+    assert len([t for t in stamps if t > t429 + 0.95]) >= 5 * 8 - 8  # and then the work went on
+
+
+def test_killed_actor_is_restarted_and_no_item_is_lost_or_duplicated(cluster, images, tmp_path):
+    settings = load_settings(tmp_path, backend="offline", cache={"enabled": False})
+    coordinator = make_coordinator()
+    ds = ray.data.from_items([{"image": p} for p in images])
+    out = assess_dataset(ds, settings=settings, concurrency=2, batch_size=2, coordinator=coordinator)
+    rows: list = []
+    runner = threading.Thread(target=lambda: rows.extend(out.take_all()))
+    runner.start()
+    deadline = time.monotonic() + 120
+    while ray.get(coordinator.state.remote())["counts"]["batches"] < 2:
+        assert time.monotonic() < deadline and runner.is_alive(), "no batch finished"
+        time.sleep(0.05)
+    handles = ray.get(coordinator.worker_handles.remote())
+    ray.kill(next(iter(handles.values())), no_restart=False)
+    done_at_kill = ray.get(coordinator.state.remote())["counts"]["ok"]
+    runner.join(timeout=300)
+    assert not runner.is_alive()
+    assert done_at_kill < N  # killed mid-run
+    assert Counter(r["image"] for r in rows) == Counter(images)  # exactly one row per item
+    assert all(r["status"] == "ok" for r in rows)
+    assert len(ray.get(coordinator.state.remote())["workers"]) >= 3  # the killed actor came back
+
+
+def shard_rows(out: Path) -> list[dict]:
+    return read_shards(out)
+
+
+def test_cli_interrupted_then_resumed_gives_one_row_per_item(cluster, images, tmp_path):
+    folder = Path(images[0]).parent
+    out = tmp_path / "shards"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")]),
+           "AGENTIC_IQA_RAY_BATCH_SIZE": "2", "AGENTIC_IQA_RAY_ACTORS": "1"}
+    cmd = [sys.executable, "-c", "from agentic_iqa.cli import main; main()", "assess", str(folder), "--engine", "ray", "--address", cluster,
+           "--offline", "--no-cache", "--out", str(out), "--json"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 180
+        while len(list(out.glob("*.json"))) < 2:
+            assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == EXIT_INTERRUPTED, stderr.decode()[-2000:]
+    first = shard_rows(out)
+    assert 0 < len(first) < N
+    result = cli.invoke(app, ["assess", str(folder), "--engine", "ray", "--offline", "--no-cache", "--out", str(out),
+                              "--resume", "--json"], env={"AGENTIC_IQA_RAY_BATCH_SIZE": "4"})
+    assert result.exit_code == EXIT_OK, result.output
+    summary = json.loads(result.stdout)
+    assert summary["already_done"] == len({r["key"] for r in first}) and summary["ran"] == N - summary["already_done"]
+    rows = shard_rows(out)
+    assert Counter(r["image"] for r in rows) == Counter(images) and all(r["status"] == "ok" for r in rows)
+    again = cli.invoke(app, ["assess", str(folder), "--engine", "ray", "--offline", "--no-cache", "--out", str(out), "--resume", "--json"])
+    assert again.exit_code == EXIT_OK and json.loads(again.stdout)["ran"] == 0
+    assert len(shard_rows(out)) == N
+
+
+def test_bad_items_become_failed_rows_in_parquet(cluster, images, tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    write_test_image(data / "good.jpg", size=(128, 96))
+    (data / "corrupt.jpg").write_bytes(b"\xff\xd8\xff\xe0 not really a jpeg")
+    write_test_image(tmp_path / "outside.jpg", size=(128, 96))
+    rows = [{"id": "good", "image": "good.jpg"}, {"id": "missing", "image": "missing.jpg"},
+            {"id": "corrupt", "image": "corrupt.jpg"}, {"id": "outside", "image": "../outside.jpg"}]
+    manifest = data / "manifest.jsonl"
+    manifest.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "out"
+    result = cli.invoke(app, ["assess", "--manifest", str(manifest), "--engine", "ray", "--offline", "--out", str(out),
+                              "--format", "parquet", "--json"])
+    assert result.exit_code == EXIT_PARTIAL, result.output
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(sorted(out.glob("*.parquet")))
+    by_id = {r["id"]: r for r in table.to_pylist()}
+    assert set(by_id) == {"good", "missing", "corrupt", "outside"}
+    assert by_id["good"]["status"] == "ok" and by_id["good"]["score"] is not None
+    for bad, why in (("missing", "not found"), ("corrupt", "corrupt.jpg"), ("outside", "outside the manifest's folder")):
+        assert by_id[bad]["status"] == "failed" and why in by_id[bad]["error"], by_id[bad]["error"]
+        assert by_id[bad]["error_type"] == "bad_input"
+    summary = json.loads(result.stdout)
+    assert summary["ok"] == 1 and summary["failed"] == 3
+
+
+def test_an_lm_set_up_wrong_stops_the_whole_cluster(cluster, images, tmp_path):
+    """The local batch's circuit breaker: a refused key fails the items that met it; no further item
+    starts on any actor, and the run says why."""
+    from fake_openai import Reply
+
+    refused = Reply(status=401, error_body={"error": {"message": "Incorrect API key provided", "type": "invalid_request_error", "code": "invalid_api_key"}})
+    with FakeOpenAIServer(scripted({k: refused for k in ("plan", "detect", "analyze", "select", "score")})) as srv:
+        out = tmp_path / "out"
+        result = cli.invoke(app, ["assess", str(Path(images[0]).parent), "--engine", "ray", "--lm", "openai/fake-vlm",
+                                  "--api-base", srv.base_url, "--out", str(out), "--json"],
+                            env={"AGENTIC_IQA_RAY_BATCH_SIZE": "2", "AGENTIC_IQA_RAY_ACTORS": "2"})
+    assert result.exit_code == EXIT_BAD_INPUT, result.output
+    summary = json.loads(result.stdout)
+    assert summary["stopped"] and "the LM cannot be used" in summary["stopped"]
+    assert summary["failed"] >= 1 and summary["not_attempted"] > N / 2
+    assert len(srv.requests) < N
+    rows = read_shards(out)
+    assert rows and all(r["error_type"] == "lm_setup" for r in rows)
+
+
+def test_without_engine_ray_nothing_imports_ray(images, tmp_path):
+    code = (
+        "import sys; from typer.testing import CliRunner; from agentic_iqa.cli import app\n"
+        f"r = CliRunner().invoke(app, ['assess', {images[0]!r}, {images[1]!r}, '--offline', '--out', {str(tmp_path / 'r.jsonl')!r}, '--json'])\n"
+        "assert r.exit_code == 0, r.output\n"
+        "import agentic_iqa.batch, agentic_iqa.api\n"
+        "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-X", "faulthandler", "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_cluster_settings_from_the_environment_are_checked():
+    from agentic_iqa.config import ConfigError
+    from agentic_iqa.distributed import cluster_knobs
+
+    assert cluster_knobs({"AGENTIC_IQA_RAY_GPUS_PER_WORKER": "0.25", "AGENTIC_IQA_RAY_LM_MAX_IN_FLIGHT": "8"}) == {
+        "actors": None, "batch_size": None, "gpus_per_worker": 0.25, "lm_max_in_flight": 8}
+    with pytest.raises(ConfigError, match=r"AGENTIC_IQA_RAY_ACTORS='0'"):
+        cluster_knobs({"AGENTIC_IQA_RAY_ACTORS": "0"})
+    with pytest.raises(ConfigError, match="AGENTIC_IQA_RAY_GPUS_PER_WORKER"):
+        cluster_knobs({"AGENTIC_IQA_RAY_GPUS_PER_WORKER": "nan"})
+
+
+def test_a_bad_cluster_address_fails_in_seconds_with_one_line(images, tmp_path):
+    import socket
+
+    with socket.socket() as s:  # a port that was free a moment ago: nothing listens there now
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")])}
+    base = [sys.executable, "-c", "from agentic_iqa.cli import main; main()", "assess", str(Path(images[0]).parent),
+            "--engine", "ray", "--offline", "--out", str(tmp_path / "out")]
+    for extra, message in (([f"--address", f"127.0.0.1:{port}"], "no Ray cluster answers there"),
+                           (["--address", "nonsense"], "give auto, host:port"),
+                           (["--format", "csv"], "--format must be jsonl or parquet")):
+        proc = subprocess.run(base + extra, env=env, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == EXIT_BAD_INPUT, proc.stderr[-2000:]
+        assert message in proc.stderr and "Traceback" not in proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
