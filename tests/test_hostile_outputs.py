@@ -104,3 +104,75 @@ def test_debug_shows_the_traceback_of_an_unexpected_error(tmp_path, image, monke
     assert r.exit_code == 1
     assert "Traceback (most recent call last)" in r.output and "in boom" in r.output
     assert "something nobody foresaw" in r.output
+
+
+# ── part 3/4: only regular files, size caps, a FIFO never blocks ────────────────────────────────
+
+
+def _special(tmp_path: Path, kind: str, name: str) -> Path:
+    path = tmp_path / name
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "zero":
+        path.symlink_to("/dev/zero")
+    elif kind == "folder":
+        path.mkdir()
+    elif kind == "loop":
+        path.symlink_to(path)
+    return path
+
+
+@pytest.mark.parametrize("kind,said", [("fifo", "FIFO"), ("zero", "device"), ("folder", "directory"),
+                                       ("loop", "symbolic links")])
+def test_config_files_must_be_regular(tmp_path, image, kind, said):
+    cfg = tmp_path / "cfg"
+    cfg.mkdir()
+    _special(cfg, kind, "pipeline.yaml")
+    r = _offline(str(image), "--config", str(cfg))
+    assert r.exit_code == 2, r.output
+    assert r.stderr.count("\n") == 1 and "pipeline.yaml" in r.stderr and said in r.stderr
+
+
+def test_config_file_size_cap_and_bad_utf8_name_the_file(tmp_path, image):
+    from agentic_iqa.config import MAX_CONFIG_BYTES
+
+    cfg = tmp_path / "cfg"
+    cfg.mkdir()
+    (cfg / "pipeline.yaml").write_bytes(b"backend: auto\n" + b"#" * MAX_CONFIG_BYTES)
+    r = _offline(str(image), "--config", str(cfg))
+    assert r.exit_code == 2 and "pipeline.yaml" in r.stderr and "limit" in r.stderr
+    (cfg / "pipeline.yaml").write_bytes(b"backend: \xff\xfe\n")
+    r = _offline(str(image), "--config", str(cfg))
+    assert r.exit_code == 2 and "pipeline.yaml" in r.stderr and "UTF-8" in r.stderr
+
+
+@pytest.mark.parametrize("kind", ["fifo", "zero"])
+def test_manifest_and_program_must_be_regular(tmp_path, image, kind):
+    manifest = _special(tmp_path, kind, "m.jsonl")
+    r = _offline("--manifest", str(manifest), "--out", str(tmp_path / "r.jsonl"))
+    assert r.exit_code == 2 and "m.jsonl" in r.stderr and "not a regular file" in r.stderr
+    program = _special(tmp_path, kind, "p.json")
+    r = _offline(str(image), "--program", f"planner={program}")
+    assert r.exit_code == 2 and "p.json" in r.stderr and "not a regular file" in r.stderr
+
+
+def test_a_fifo_in_a_scanned_folder_is_one_failed_line(tmp_path):
+    folder = tmp_path / "shots"
+    folder.mkdir()
+    write_test_image(folder / "a.jpg", size=(128, 112))
+    os.mkfifo(folder / "b.jpg")
+    write_test_image(folder / "c.jpg", size=(128, 112), seed=2)
+    out = tmp_path / "r.jsonl"
+    r = _offline(str(folder), "--out", str(out), "--no-progress")
+    assert r.exit_code == 3, r.output
+    lines = {Path(rec["image"]).name: rec for rec in map(json.loads, out.read_text().splitlines())}
+    assert lines["a.jpg"]["status"] == lines["c.jpg"]["status"] == "ok"
+    assert lines["b.jpg"]["status"] == "failed" and "FIFO" in lines["b.jpg"]["error"]
+
+
+def test_program_without_a_model_is_said_to_be_ignored(tmp_path, image):
+    path = tmp_path / "planner.json"
+    path.write_text(json.dumps({"agentic_iqa_program": {"module": "planner"}, "state": {}}))
+    r = _offline(str(image), "--program", str(path))
+    assert r.exit_code == 0, r.output
+    assert "--program is ignored" in r.stderr

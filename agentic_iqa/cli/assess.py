@@ -103,14 +103,19 @@ def _escape(text: str) -> str:
 def _settings(lm, api_base, config, offline, programs):
     from agentic_iqa.config import load_settings
 
+    from agentic_iqa.programs import read_program
+
     settings = load_settings(config, lm=lm, api_base=api_base, backend="offline" if offline else None)
     for spec in programs:
         module, _, path = spec.rpartition("=")
-        if not module:
-            from agentic_iqa.programs import read_program
+        header = read_program(path)[0]  # checked now, model or not: a bad file is one line at once
+        settings.pipeline.programs[module or header.get("module", "")] = Path(path)
+    if programs and (settings.pipeline.backend == "offline" or not settings.backends.any_model):
+        from rich.console import Console
 
-            module = read_program(path)[0].get("module", "")
-        settings.pipeline.programs[module] = Path(path)
+        Console(stderr=True, highlight=False).print(
+            "[yellow]note:[/] --program is ignored: no model is configured (the offline analyst answers); "
+            "pass --lm MODEL to use it", soft_wrap=True)
     return settings
 
 
