@@ -26,7 +26,7 @@ def build_lm(role: RoleLM, role_name: str = "lm"):
         cache=False,  # responses (and the images in them) are not kept on disk
     )
     if role.api_base:
-        kwargs["api_base"] = role.api_base
+        kwargs["api_base"] = _checked_base_url(role.api_base, role_name)
     if role.api_key_env:
         key = os.environ.get(role.api_key_env)
         if not key:
@@ -44,6 +44,22 @@ def build_lm(role: RoleLM, role_name: str = "lm"):
         return dspy.LM(role.model, **kwargs)
     except ValueError as exc:
         raise ConfigError(f"{role_name}: model {role.model!r}: {exc}") from None
+
+
+def _checked_base_url(url: str, role_name: str) -> str:
+    """`url` when it is an http(s) URL with a host; otherwise a ConfigError (a malformed base URL would
+    make every call fail and the run fall back silently)."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url.strip())
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"{role_name}: api_base {redact(url)!r} is not a valid http(s) URL (scheme, host, port); "
+                          "write it like http://localhost:8000/v1 (--api-base, AGENTIC_IQA_API_BASE)")
+    return url.strip()
 
 
 def build_role_lms(backends: ModelBackends, make=build_lm) -> dict:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -94,12 +95,6 @@ def assess_command(
            with_trace, no_progress or as_json)
 
 
-def _escape(text: str) -> str:
-    from rich.markup import escape
-
-    return escape(text)  # paths and messages may hold "[...]": print them literally
-
-
 def _settings(lm, api_base, config, offline, programs):
     from agentic_iqa.config import load_settings
 
@@ -132,9 +127,9 @@ def _single(image, query, reference, lm, api_base, config, offline, mode, progra
     except typer.Exit:
         raise
     except ConfigError as exc:
-        fail(_escape(str(exc)), EXIT_BAD_INPUT)
+        fail(escape(str(exc)), EXIT_BAD_INPUT)
     except (ValueError, FileNotFoundError, PermissionError, IsADirectoryError) as exc:
-        fail(_escape(str(exc)), EXIT_BAD_INPUT)
+        fail(escape(str(exc)), EXIT_BAD_INPUT)
     except Exception as exc:  # noqa: BLE001 - one clear line, never a traceback
         unexpected(exc, "assessment failed")
     if as_json:
@@ -164,7 +159,7 @@ def _save_trace(result, path: Path) -> None:
             tmp.write(data)
         os.replace(tmp.name, path)
     except OSError as exc:
-        fail(_escape(redact(f"the result above is complete, but the trace could not be written to {path}: "
+        fail(escape(redact(f"the result above is complete, but the trace could not be written to {path}: "
                             f"{exc.strerror or exc}")), EXIT_FAILED)
 
 
@@ -194,9 +189,32 @@ def _run(image, query, reference, lm, api_base, config, offline, mode, programs,
         return assessor.assess(image_path, query, reference_path, on_event=on_event, **kw)
 
 
+_TERMINAL_CONTROL = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]"            # CSI: colours, cursor moves, clear screen
+    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC: window title, hyperlinks
+    r"|\x1b[@-_]?"                          # any other escape
+    r"|[\x00-\x08\x0b-\x1f\x7f-\x9f]"        # other control characters (newline and tab stay)
+)
+
+
+def escape(text) -> str:
+    """Model and file text made safe for the terminal: control characters and escape sequences removed
+    (a reply could retitle the window or clear the screen), rich markup shown literally."""
+    from rich.markup import escape as markup_escape
+
+    return markup_escape(_TERMINAL_CONTROL.sub("", str(text)))
+
+
+def answered_by(result) -> str:
+    """The footer: who answered, and which stages fell back to what when the model did not answer all."""
+    stages = sorted({f.split(":", 1)[0] for f in result.fallbacks})
+    if not stages or not result.backend.startswith("vlm"):
+        return f"answered by {result.backend}"
+    return f"answered by {result.backend}, with fallbacks in {', '.join(stages)} (see below)"
+
+
 def render(result, verbose: bool = False) -> None:
     from rich.console import Console
-    from rich.markup import escape
     from rich.panel import Panel
     from rich.table import Table
 
@@ -206,7 +224,7 @@ def render(result, verbose: bool = False) -> None:
     if result.mode == "score" and r.score is not None:
         head = f"[bold]Level {r.level}[/] · score [bold]{r.score:.2f}[/] / 5"
     body = f"{head}\n\n{escape(r.quality_reasoning)}"
-    con.print(Panel(body, title=f"[b]{escape(result.query[:200])}[/]", subtitle=f"answered by {escape(result.backend[:160])}", expand=False))
+    con.print(Panel(body, title=f"[b]{escape(result.query[:200])}[/]", subtitle=escape(answered_by(result)[:240]), expand=False))
     ev = result.evidence
     if ev and ev.distortion_analysis and any(ev.distortion_analysis.values()):
         t = Table(title="Distortions", show_lines=False)
@@ -269,7 +287,7 @@ def _batch(images, manifest, out, query, reference, lm, api_base, config, offlin
     except typer.Exit:
         raise
     except (BatchError, ConfigError, ImageError) as exc:
-        fail(_escape(str(exc)), EXIT_BAD_INPUT)
+        fail(escape(str(exc)), EXIT_BAD_INPUT)
     except Exception as exc:  # noqa: BLE001 - one clear line, never a traceback
         unexpected(exc, "batch failed")
 
@@ -297,7 +315,7 @@ def _items(images, manifest, query, reference, mode, recursive, allow_absolute):
                                         query=query, reference=ref, mode=mode)
         problems = []
     if not items and not problems:
-        fail(_escape("no images to assess: " + ("; ".join(notes) or "the input is empty")), EXIT_BAD_INPUT)
+        fail(escape("no images to assess: " + ("; ".join(notes) or "the input is empty")), EXIT_BAD_INPUT)
     return items, problems, notes
 
 
@@ -320,9 +338,9 @@ def _ray_batch(images, manifest, out, query, reference, lm, api_base, config, of
     except typer.Exit:
         raise
     except (BatchError, ConfigError, ImageError, ValueError) as exc:
-        fail(_escape(str(exc)), EXIT_BAD_INPUT)
+        fail(escape(str(exc)), EXIT_BAD_INPUT)
     except Exception as exc:  # noqa: BLE001 - one clear line, never a traceback
-        fail(_escape(f"batch failed: {type(exc).__name__}: {exc}"), EXIT_FAILED)
+        unexpected(exc, "batch failed")
     _finish_batch(summary, as_json)
 
 
@@ -380,7 +398,6 @@ class _Progress:
 
 def render_summary(summary) -> None:
     from rich.console import Console
-    from rich.markup import escape
     from rich.table import Table
 
     con = Console(stderr=False, highlight=False)
