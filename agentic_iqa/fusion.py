@@ -47,6 +47,7 @@ logger = logging.getLogger("agentic_iqa.fusion")
 LEVELS = np.array([1.0, 2.0, 3.0, 4.0, 5.0])
 LETTER_TO_LEVEL: dict[str, int] = {"A": 5, "B": 4, "C": 3, "D": 2, "E": 1}
 LEVEL_TO_LETTER: dict[int, str] = {v: k for k, v in LETTER_TO_LEVEL.items()}
+_LOGPROB_ROUNDING = 1e-3  # providers round: a log-prob of +0.0001 is a certainty, not an error
 PROB_MODES = ("logits", "classification", "uniform", "analyst")
 ProbMode = Literal["logits", "classification", "uniform", "analyst"]
 
@@ -244,6 +245,9 @@ class ScoreFusion:
         bad = {c: v for c, v in by_level.items() if math.isnan(v) or v == math.inf}
         if bad:
             raise ValueError(f"non-finite log-probabilities {bad}")
+        positive = {c: v for c, v in by_level.items() if v > _LOGPROB_ROUNDING}
+        if positive:  # a log-probability is ≤ 0; +1e308 is a broken server, not a certainty
+            raise ValueError(f"log-probabilities above 0 {positive}")
         missing = [c for c in range(1, 6) if c not in by_level]
         if missing:
             warn(f"Log-probabilities missing for levels {missing}; set to {MISSING_LOGPROB:g}")
