@@ -17,8 +17,10 @@ from typing import Any, Callable, Literal, Optional
 from pydantic import BaseModel
 
 from agentic_iqa.config import ConfigError, Settings, load_settings
+from agentic_iqa.redact import redact_data
 from agentic_iqa.state import ExecutorOutput, PlannerOutput, SummarizerOutput, TraceEvent
 
+UNREACHABLE_BACKEND = "offline analyst (LM unreachable: "
 DEFAULT_SCORING_QUERY = "Rate the overall quality of this image."
 _RATING = re.compile(r"\b(rate|rating|score|grade|assess|evaluate|quality|how good|how bad)\b", re.I)
 _YES_NO = re.compile(r"^\s*(is|are|does|do|can|could|was|were|has|have|which|what|where|why|how (?!good|bad))\b", re.I)
@@ -56,6 +58,11 @@ class AssessmentResult(BaseModel):
     @property
     def answer(self) -> str:
         return self.result.final_answer
+
+    @property
+    def lm_unreachable(self) -> bool:
+        """True when the LM service failed during this assessment and the offline analyst answered."""
+        return self.backend.startswith(UNREACHABLE_BACKEND)
 
 
 def decide_mode(query: str) -> Literal["score", "answer"]:
@@ -228,12 +235,12 @@ def result_from_state(final: dict, total_seconds: float = 0.0) -> AssessmentResu
 
     events = final.get("trace") or []
     unreachable = final.get("lm_unreachable")
-    return AssessmentResult(
+    result = AssessmentResult(
         query=final["query"],
         image=final["image_path"],
         reference=final.get("reference_path"),
         mode="score" if final["scoring"] else "answer",
-        backend=final["backend"] if not unreachable else f"offline analyst (LM unreachable: {unreachable})",
+        backend=final["backend"] if not unreachable else f"{UNREACHABLE_BACKEND}{unreachable})",
         result=final["summarizer_result"],
         plan=final.get("plan"),
         evidence=final.get("executor_evidence"),
@@ -246,6 +253,9 @@ def result_from_state(final: dict, total_seconds: float = 0.0) -> AssessmentResu
         notes=notes(events),
         trace=events,
     )
+    # Everything in a result is printed, saved or cached: the model's own text (which may repeat a key it
+    # saw) and the error messages of servers that echo keys included. One pass masks them all.
+    return AssessmentResult.model_validate(redact_data(result.model_dump()))
 
 
 def make_roles(settings: Settings, make_lm: Optional[Callable] = None):

@@ -181,13 +181,22 @@ def default_config_dir() -> Optional[Path]:
     return user if any((user / name).is_file() for name in CONFIG_FILES) else None
 
 
+MAX_CONFIG_BYTES = 1 << 20  # 1 MiB: the bundled config files are a few KB
+
+
 def _read_yaml(path: Path) -> dict:
+    """A config file's settings: a regular file of at most MAX_CONFIG_BYTES, UTF-8, a YAML mapping."""
+    from iqa_tools.files import read_regular_file
+
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = read_regular_file(path, f"config file {path}", MAX_CONFIG_BYTES, "a config file")
+        data = yaml.safe_load(raw.decode("utf-8"))
+    except ValueError as exc:  # not a regular file, too big, unreadable (read_regular_file's one line)
+        if isinstance(exc, UnicodeDecodeError):
+            raise ConfigError(f"config file {path}: not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
+        raise ConfigError(str(exc)) from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML ({exc.__class__.__name__}: {exc})") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot be read ({exc.strerror})") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -300,11 +309,11 @@ def load_settings(
     if cdir is not None:
         if not cdir.is_dir():
             raise ConfigError(f"config directory {cdir} does not exist; pass a folder holding pipeline.yaml / model_backends.yaml")
-        if (cdir / "model_backends.yaml").is_file():
+        if os.path.lexists(cdir / "model_backends.yaml"):  # present but a FIFO, a folder or a loop: said, not skipped
             backends_data = _read_yaml(cdir / "model_backends.yaml")
             _refuse_keys(backends_data, cdir / "model_backends.yaml")
             used.append(cdir / "model_backends.yaml")
-        if (cdir / "pipeline.yaml").is_file():
+        if os.path.lexists(cdir / "pipeline.yaml"):  # present but a FIFO, a folder or a loop: said, not skipped
             pipeline_data = _read_yaml(cdir / "pipeline.yaml")
             used.append(cdir / "pipeline.yaml")
     backends = _validate(ModelBackends, backends_data, (cdir or Path(".")) / "model_backends.yaml")

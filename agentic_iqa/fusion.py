@@ -49,6 +49,7 @@ logger = logging.getLogger("agentic_iqa.fusion")
 LEVELS = np.array([1.0, 2.0, 3.0, 4.0, 5.0])
 LETTER_TO_LEVEL = LEVEL_SCORES  # signatures.vocabulary: A = 5 … E = 1
 LEVEL_TO_LETTER = SCORE_LEVELS
+_LOGPROB_ROUNDING = 1e-3  # providers round: a log-prob of +0.0001 is a certainty, not an error
 PROB_MODES = ("logits", "classification", "uniform", "analyst")
 ProbMode = Literal["logits", "classification", "uniform", "analyst"]
 
@@ -246,6 +247,9 @@ class ScoreFusion:
         bad = {c: v for c, v in by_level.items() if math.isnan(v) or v == math.inf}
         if bad:
             raise ValueError(f"non-finite log-probabilities {bad}")
+        positive = {c: v for c, v in by_level.items() if v > _LOGPROB_ROUNDING}
+        if positive:  # a log-probability is ≤ 0; +1e308 is a broken server, not a certainty
+            raise ValueError(f"log-probabilities above 0 {positive}")
         missing = [c for c in range(1, 6) if c not in by_level]
         if missing:
             warn(f"Log-probabilities missing for levels {missing}; set to {MISSING_LOGPROB:g}")

@@ -26,6 +26,7 @@ from agentic_iqa.agents.planner_rules import rule_plan
 from agentic_iqa.agents.tool_execution import execute_tools, required_tool_assignments
 from agentic_iqa.config import LMSetupError
 from agentic_iqa.lm import lm_setup_problem, lm_unreachable
+from agentic_iqa.redact import redact
 from agentic_iqa.state import AgenticIQAState
 from signatures.models import GLOBAL, OVERALL, ExecutorOutput, PlannerOutput, SummarizerOutput
 
@@ -56,7 +57,7 @@ def _stage(name: str, body: Callable, on_error: Callable):
             if problem is not None:  # the user's setup, not the model's mistake: stop and say so
                 raise LMSetupError(problem) from exc
             if lm_unreachable(exc) and offline is not None and not unreachable:
-                first_line = (str(exc).strip().splitlines() or [""])[0]  # DSPy appends multi-line "To fix:" advice
+                first_line = redact((str(exc).strip().splitlines() or [""])[0])  # DSPy appends multi-line "To fix:" advice
                 update["lm_unreachable"] = f"{type(exc).__name__}: {first_line[:200]}"
                 ctx.trace.add(name, "fallback", f"LM unreachable ({update['lm_unreachable']}); offline analyst answers")
                 try:
@@ -78,7 +79,7 @@ def _stage(name: str, body: Callable, on_error: Callable):
 
 
 def _error(stage: str, ctx: AssessmentContext, exc: BaseException) -> None:
-    msg = f"{type(exc).__name__}: {exc}"
+    msg = redact(f"{type(exc).__name__}: {exc}")
     log.warning("%s failed: %s", stage, msg)
     ctx.trace.add(stage, "error", msg[:1000])
 

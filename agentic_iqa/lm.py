@@ -6,6 +6,7 @@ import re
 from typing import Optional
 
 from agentic_iqa.config import ROLES, ConfigError, ModelBackends, RoleLM
+from agentic_iqa.redact import redact, register_secret
 
 # LiteLLM otherwise tries to download a price list on first use (no network here, and none needed).
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -25,13 +26,14 @@ def build_lm(role: RoleLM, role_name: str = "lm"):
         cache=False,  # responses (and the images in them) are not kept on disk
     )
     if role.api_base:
-        kwargs["api_base"] = role.api_base
+        kwargs["api_base"] = _checked_base_url(role.api_base, role_name)
     if role.api_key_env:
         key = os.environ.get(role.api_key_env)
         if not key:
             raise ConfigError(
                 f"{role_name}: api_key_env names ${role.api_key_env}, which is not set; export it first"
             )
+        register_secret(key)  # masked in everything we print, log or save
         kwargs["api_key"] = key
     elif role.api_base and role.model.startswith("openai/") and not os.environ.get("OPENAI_API_KEY"):
         # Local OpenAI-compatible servers (vLLM, llama.cpp, ...) usually need no key, but the client wants one.
@@ -42,6 +44,22 @@ def build_lm(role: RoleLM, role_name: str = "lm"):
         return dspy.LM(role.model, **kwargs)
     except ValueError as exc:
         raise ConfigError(f"{role_name}: model {role.model!r}: {exc}") from None
+
+
+def _checked_base_url(url: str, role_name: str) -> str:
+    """`url` when it is an http(s) URL with a host; otherwise a ConfigError (a malformed base URL would
+    make every call fail and the run fall back silently)."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url.strip())
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"{role_name}: api_base {redact(url)!r} is not a valid http(s) URL (scheme, host, port); "
+                          "write it like http://localhost:8000/v1 (--api-base, AGENTIC_IQA_API_BASE)")
+    return url.strip()
 
 
 def build_role_lms(backends: ModelBackends, make=build_lm) -> dict:
@@ -77,7 +95,7 @@ def lm_setup_problem(exc: BaseException, otherwise: str = "run without a model (
     stops with that message instead of degrading."""
     from dspy.utils.exceptions import LMInvalidRequestError
 
-    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    first = redact((str(exc).strip().splitlines() or [type(exc).__name__])[0])
     status = getattr(exc, "status", None)
     invalid_request = isinstance(exc, LMInvalidRequestError)
     if invalid_request and "Provider NOT provided" in first:

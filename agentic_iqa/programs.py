@@ -16,7 +16,6 @@ pipeline.yaml and `VLMRoles.load_program` read them.
 from __future__ import annotations
 
 import json
-import stat
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping
@@ -71,21 +70,16 @@ def save_program(module_obj: Any, module: str, path: str | Path, **metadata) -> 
 
 
 def read_program(path: str | Path) -> tuple[dict, dict]:
+    from iqa_tools.files import read_regular_file
+
     path = Path(path)
+    try:  # a regular file only (a FIFO or /dev/zero is refused at once), at most MAX_PROGRAM_BYTES
+        raw = read_regular_file(path, f"compiled program {path}", MAX_PROGRAM_BYTES, "a compiled program")
+    except ValueError as exc:
+        raise ProgramError(f"{exc}; pass a JSON file written by `agentic-iqa compile`") from None
     try:
-        info = path.stat()
-        if not stat.S_ISREG(info.st_mode):
-            raise ProgramError(f"compiled program {path} is not a regular file; pass a JSON file written by `agentic-iqa compile`")
-        if info.st_size > MAX_PROGRAM_BYTES:
-            raise ProgramError(
-                f"compiled program {path} is {info.st_size / 2**20:.0f} MB, over the {MAX_PROGRAM_BYTES // 2**20} MB "
-                "limit for a program; pass a file written by `agentic-iqa compile`"
-            )
-        with path.open("rb") as fh:
-            payload = json.loads(fh.read(MAX_PROGRAM_BYTES + 1).decode("utf-8"))
-    except FileNotFoundError:
-        raise ProgramError(f"compiled program {path} does not exist") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        payload = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ProgramError(f"compiled program {path} is not a readable JSON file ({exc})") from None
     if not isinstance(payload, dict) or "agentic_iqa_program" not in payload or "state" not in payload:
         raise ProgramError(f"{path} is not an agentic-iqa compiled program (no 'agentic_iqa_program' header)")

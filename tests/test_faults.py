@@ -305,3 +305,42 @@ def test_a_model_string_without_a_known_provider_is_one_clear_cli_error(tmp_path
 
     res = CliRunner().invoke(app, ["assess", str(images[0]), "--lm", "gpt4o-typo", "--config", str(tmp_path)])
     assert res.exit_code == 2 and "provider/model" in res.output and "Traceback" not in res.output, res.output
+
+
+def test_a_dead_server_trips_the_circuit_breaker(tmp_path, registry):
+    """Issue 11 part 4: against a dead server, a batch stops taking items after UNREACHABLE_STREAK items
+    in a row found it unreachable, instead of every item waiting through the timeout and retries."""
+    from agentic_iqa.batch.runner import UNREACHABLE_STREAK
+
+    imgs = [write_test_image(tmp_path / f"d{i}.jpg", size=(128, 128), seed=i) for i in range(6)]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    settings = load_settings(tmp_path, lm="openai/fake-vlm", api_base=f"http://127.0.0.1:{port}/v1",
+                             cache={"enabled": False})
+    for role in ("planner", "executor", "summarizer"):
+        settings.backends.role(role).num_retries = 0
+    items = [BatchItem(image=str(p)) for p in imgs]
+    out = tmp_path / "results.jsonl"
+    summary = run_batch(items, out, Assessor(settings, registry=registry), concurrency=1)
+    records = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert len(records) == UNREACHABLE_STREAK < len(imgs)
+    assert all(r["status"] == "ok" and r["backend"].startswith("offline analyst (LM unreachable") for r in records)
+    assert summary.status == "stopped" and "unreachable" in summary.stopped
+    assert summary.not_attempted == len(imgs) - UNREACHABLE_STREAK
+
+
+def test_one_unreachable_item_among_answered_ones_does_not_stop_the_batch(tmp_path, registry):
+    imgs = [write_test_image(tmp_path / f"e{i}.jpg", size=(128, 128), seed=i) for i in range(4)]
+    busy = Reply(status=503, error_body={"error": {"message": "busy"}})
+    # Items 1 and 3 find the server busy at their first call; items 2 and 4 are answered by the model.
+    flaky = good_routes(plan=[busy, valid_reply("plan"), busy, valid_reply("plan")])
+    with FakeOpenAIServer(scripted(flaky)) as srv:
+        settings = load_settings(tmp_path, lm="openai/fake-vlm", api_base=srv.base_url, cache={"enabled": False})
+        for role in ("planner", "executor", "summarizer"):
+            settings.backends.role(role).num_retries = 0
+        summary = run_batch([BatchItem(image=str(p)) for p in imgs], tmp_path / "r.jsonl",
+                            Assessor(settings, registry=registry), concurrency=1)
+    assert summary.stopped is None and summary.ran == len(imgs)
+    records = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert sum(r["backend"].startswith("offline analyst (LM unreachable") for r in records) == 2

@@ -225,3 +225,12 @@ def test_result_feeds_summarizer_output():
                            probabilities=r.probabilities(), prob_mode=r.prob_mode_used, prob_source=r.prob_note)
     assert out.probabilities["4"] == pytest.approx(r.p[3])
     assert FusionResult.model_validate_json(r.model_dump_json()) == r
+
+
+def test_a_positive_log_probability_falls_back_and_says_so():
+    """Issue 11: +1e308 used to give a uniform distribution labelled "logits"."""
+    r = ScoreFusion().fuse([3.0], level_logprobs={"A": 1e308, "B": -1.0, "C": -2.0}, level="B")
+    assert r.prob_mode_used == "classification"
+    assert any("above 0" in w for w in r.warnings)
+    ok = ScoreFusion().fuse([3.0], level_logprobs={"A": 0.0001, "B": -1.0, "C": -2.0, "D": -3.0, "E": -4.0})
+    assert ok.prob_mode_used == "logits"  # provider rounding is not an error

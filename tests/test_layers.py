@@ -14,7 +14,7 @@ PACKAGES = ("agentic_iqa", "signatures", "optimizers", "iqa_tools")
 LAYERS = {
     "iqa_tools": 0, "signatures": 0,
     "agentic_iqa.config": 1, "agentic_iqa.state": 1, "agentic_iqa.fusion": 1, "agentic_iqa.lm": 1,
-    "agentic_iqa.programs": 1,
+    "agentic_iqa.programs": 1, "agentic_iqa.redact": 1,
     "agentic_iqa.agents": 2, "agentic_iqa.offline": 2,
     "agentic_iqa.graph": 3,
     "agentic_iqa": 4,  # api, batch, bench, the package itself

@@ -31,6 +31,8 @@ import pydantic
 from dspy.adapters.base import Adapter
 from dspy.utils.exceptions import AdapterParseError
 
+from agentic_iqa.redact import redact
+
 __all__ = ["StructuredPredict", "StructuredResult", "StructuredJSONAdapter", "STRICT_INSTRUCTION", "describe_error"]
 
 logger = logging.getLogger("agentic_iqa.agents.structured")
@@ -226,7 +228,12 @@ def _excerpt(text: Any) -> str:
 
 
 def describe_error(exc: BaseException) -> str:
-    """A short, model-readable account of why a reply was rejected."""
+    """A short, model-readable account of why a reply was rejected (secrets masked: it is logged, saved
+    and sent back to the model)."""
+    return redact(_describe_error(exc))
+
+
+def _describe_error(exc: BaseException) -> str:
     if isinstance(exc, AdapterParseError):
         marker = f"Adapter {exc.adapter_name} failed to parse"
         reason = _clean(str(exc.message).split(marker)[0])

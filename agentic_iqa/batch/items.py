@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional
@@ -135,12 +136,12 @@ def items_from_manifest(
     from agentic_iqa.bench.manifest import read_manifest
 
     path = Path(path)
-    if not path.is_file():
-        raise BatchError(f"manifest {path} does not exist" if not path.exists() else f"manifest {path} is not a file")
+    if not os.path.lexists(path):
+        raise BatchError(f"manifest {path} does not exist")
     try:
         rows, problems = read_manifest(path, check_files=False, require_target=False)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BatchError(f"manifest {path} cannot be read: {exc}") from None
+    except ValueError as exc:  # missing, not a regular file, too big, not UTF-8: one line naming it
+        raise BatchError(str(exc)) from None
     base = path.parent.resolve()
     items: list[BatchItem] = []
     for row in rows:
@@ -173,13 +174,24 @@ def items_from_manifest(
 
 
 def _sha256_file(path: Path) -> Optional[str]:
+    """The file's SHA-256, or None when it is not a readable regular file. Opened non-blocking and checked
+    on the open descriptor, so a FIFO or a device in a folder or manifest never blocks the batch: its
+    item fails with the image reader's one-line reason instead."""
     h = hashlib.sha256()
     try:
-        with path.open("rb") as fh:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as fh:
             for chunk in iter(lambda: fh.read(1 << 20), b""):
                 h.update(chunk)
     except OSError:
         return None
+    finally:
+        os.close(fd)
     return h.hexdigest()
 
 
@@ -209,7 +221,7 @@ def _abs(path: str) -> str:
 
 
 def _digest(*parts: Any) -> str:
-    return hashlib.sha256(json.dumps(parts, ensure_ascii=False).encode()).hexdigest()
+    return hashlib.sha256(json.dumps(parts, ensure_ascii=False).encode("utf-8", "surrogateescape")).hexdigest()
 
 
 @dataclass

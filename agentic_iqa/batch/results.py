@@ -11,6 +11,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Literal, Optional
 from agentic_iqa.batch.items import BatchError, BatchItem
+from agentic_iqa.redact import redact_data
 
 
 
@@ -73,7 +74,7 @@ class ItemResult:
             rec["meta"] = dict(self.item.meta)
         if r is not None:
             rec["result"] = json.loads(r.model_dump_json(exclude=None if with_trace else {"trace"}))
-        return _finite(rec)
+        return redact_data(_finite(rec))  # error messages may quote a server that echoed a key
 
 
 def _finite(value: Any) -> Any:

@@ -100,6 +100,11 @@ def _trim_heap() -> None:
 _malloc_trim = None
 
 
+#: After this many items in a row found the LM unreachable (connection refused, timeouts or server errors
+#: that outlived the retries), a batch starts no new item: each would pay the whole LM budget again.
+UNREACHABLE_STREAK = 2
+
+
 class BatchRunner:
     """Runs prepared items on one Assessor with bounded concurrency; see `assess_many`."""
 
@@ -118,7 +123,8 @@ class BatchRunner:
         self.gate = _GatedRegistry(assessor.registry, tool_slots)
         self.assessor = Assessor(self.settings, registry=self.gate, roles=assessor.roles)
         _ = self.assessor.graph  # build now: a configuration problem stops the batch before any item
-        self.stopped: Optional[str] = None  # why no further items were started (the LM is set up wrong)
+        self.stopped: Optional[str] = None  # why no further items were started (LM set up wrong, or down)
+        self._unreachable: list[str] = []   # the current run of items that found the LM unreachable
 
     def prepare(self, index: int, item: BatchItem) -> PreparedItem:
         return prepare_item(index, item, self.settings, self.fingerprint)
@@ -155,7 +161,8 @@ class BatchRunner:
         """Yield results as they complete. At most `concurrency` items are taken from `items` ahead of
         their results, so a huge (or endless) iterable is fine. Stopping the iteration early (break,
         Ctrl-C) cancels what has not started; running items finish in the background. After an item
-        fails because the LM is set up wrong, no new item starts (`self.stopped` says why)."""
+        fails because the LM is set up wrong, or UNREACHABLE_STREAK items in a row found it unreachable,
+        no new item starts (`self.stopped` says why)."""
         source = iter(items)
         pool = cf.ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="agentic-iqa-batch")
         pending: set[cf.Future] = set()
@@ -164,6 +171,13 @@ class BatchRunner:
             while limit > 0 and len(pending) < self.concurrency and self.stopped is None:
                 nxt = next(source, None)
                 if nxt is None:
+                    return
+                if len(self._unreachable) >= UNREACHABLE_STREAK:  # the circuit breaker: the server is down
+                    self.stopped = (
+                        f"the LM server was unreachable for {len(self._unreachable)} items in a row "
+                        f"({self._unreachable[-1]}); no further items were started, so they do not each wait "
+                        "through the timeout and retries (the items already answered by the offline analyst "
+                        "are kept). Check the server (--api-base)")
                     return
                 pending.add(pool.submit(self.run_one, nxt))
                 limit -= 1
@@ -177,6 +191,11 @@ class BatchRunner:
                 results = [fut.result() for fut in done]
                 if self.stopped is None:
                     self.stopped = next((r.error for r in results if r.error_type == "lm_setup"), None)
+                for r in results:
+                    if r.ok and r.result.lm_unreachable:
+                        self._unreachable.append(r.result.backend)
+                    elif r.ok:  # the LM answered: it is up (failed items say nothing about it)
+                        self._unreachable.clear()
                 finished += len(done)
                 if finished >= self.concurrency:
                     finished = 0

@@ -149,45 +149,57 @@ def _first_error(exc: ValidationError) -> str:
     return f"{where}: {msg}" if where else msg
 
 
+MAX_MANIFEST_BYTES = 256 << 20  # 256 MiB: about a million rows
+
+
 def read_manifest(path: str | Path, check_files: bool = True, require_target: bool = True) -> tuple[list[ManifestRow], list[ManifestProblem]]:
     """Parse a JSONL manifest. Broken rows are skipped and reported with their 1-based line number,
     so one bad line never stops a run. Blank lines and lines starting with '#' are ignored.
 
     `require_target=False` (batch assessment, not evaluation): rows need no level/mos/answer, and a
-    row without an id is named by its image path."""
+    row without an id is named by its image path.
+
+    Only a regular file of at most MAX_MANIFEST_BYTES is read (a FIFO or /dev/zero is refused at once);
+    an unreadable or non-UTF-8 manifest raises ValueError with one line naming it."""
+    from iqa_tools.files import read_regular_file
+
     path = Path(path)
     base = path.parent
     rows: list[ManifestRow] = []
     problems: list[ManifestProblem] = []
     seen: set[str] = set()
-    with path.open(encoding="utf-8") as fh:
-        for lineno, text in enumerate(fh, start=1):
-            text = text.strip()
-            if not text or text.startswith("#"):
-                continue
-            try:
-                data = json.loads(text)
-            except json.JSONDecodeError as exc:
-                problems.append(ManifestProblem(lineno, f"bad JSON: {exc.msg} at column {exc.colno}"))
-                continue
-            row_id = data.get("id") if isinstance(data, dict) else None
-            if not isinstance(data, dict):
-                problems.append(ManifestProblem(lineno, "a row must be a JSON object"))
-                continue
-            try:
-                row = ManifestRow.model_validate(data, context={"require_target": require_target})
-            except ValidationError as exc:
-                problems.append(ManifestProblem(lineno, _first_error(exc), row_id))
-                continue
-            row._base = base
-            problem = _file_problem(row) if check_files else None
-            if row.id in seen:
-                problem = f"duplicate id {row.id!r}"
-            if problem:
-                problems.append(ManifestProblem(lineno, problem, row.id))
-                continue
-            seen.add(row.id)
-            rows.append(row)
+    raw = read_regular_file(path, f"manifest {path}", MAX_MANIFEST_BYTES, "a manifest")
+    try:
+        lines = raw.decode("utf-8").split("\n")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"manifest {path}: not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
+    for lineno, text in enumerate(lines, start=1):
+        text = text.strip()
+        if not text or text.startswith("#"):
+            continue
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            problems.append(ManifestProblem(lineno, f"bad JSON: {exc.msg} at column {exc.colno}"))
+            continue
+        row_id = data.get("id") if isinstance(data, dict) else None
+        if not isinstance(data, dict):
+            problems.append(ManifestProblem(lineno, "a row must be a JSON object"))
+            continue
+        try:
+            row = ManifestRow.model_validate(data, context={"require_target": require_target})
+        except ValidationError as exc:
+            problems.append(ManifestProblem(lineno, _first_error(exc), row_id))
+            continue
+        row._base = base
+        problem = _file_problem(row) if check_files else None
+        if row.id in seen:
+            problem = f"duplicate id {row.id!r}"
+        if problem:
+            problems.append(ManifestProblem(lineno, problem, row.id))
+            continue
+        seen.add(row.id)
+        rows.append(row)
     return rows, problems
 
 

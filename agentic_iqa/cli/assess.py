@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import List, Optional
 
 import typer
 
-from agentic_iqa.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, fail, flag, DEVICE_HELP, WEIGHTS_DIR_HELP
+from agentic_iqa.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, DEVICE_HELP, WEIGHTS_DIR_HELP, fail, flag, unexpected
 
 
 def assess_command(
@@ -98,12 +99,6 @@ def assess_command(
            with_trace, no_progress or as_json, tool_options)
 
 
-def _escape(text: str) -> str:
-    from rich.markup import escape
-
-    return escape(text)  # paths and messages may hold "[...]": print them literally
-
-
 _FLAG_WORDS = {"true", "false", "yes", "no", "on", "off", "1", "0"}
 
 
@@ -118,16 +113,20 @@ def _refuse_flag_values(images: List[str]) -> None:
 def _settings(lm, api_base, config, offline, programs, tool_options=(None, None)):
     from agentic_iqa.cli.common import with_tool_options
     from agentic_iqa.config import load_settings
+    from agentic_iqa.programs import read_program
 
     settings = with_tool_options(load_settings(config, lm=lm, api_base=api_base, backend="offline" if offline else None),
                                  *tool_options)
     for spec in programs:
         module, _, path = spec.rpartition("=")
-        if not module:
-            from agentic_iqa.programs import read_program
+        header = read_program(path)[0]  # checked now, model or not: a bad file is one line at once
+        settings.pipeline.programs[module or header.get("module", "")] = Path(path)
+    if programs and (settings.pipeline.backend == "offline" or not settings.backends.any_model):
+        from rich.console import Console
 
-            module = read_program(path)[0].get("module", "")
-        settings.pipeline.programs[module] = Path(path)
+        Console(stderr=True, highlight=False).print(
+            "[yellow]note:[/] --program is ignored: no model is configured (the offline analyst answers); "
+            "pass --lm MODEL to use it", soft_wrap=True)
     return settings
 
 
@@ -144,18 +143,40 @@ def _single(image, query, reference, lm, api_base, config, offline, mode, progra
     except typer.Exit:
         raise
     except ConfigError as exc:
-        fail(_escape(str(exc)), EXIT_BAD_INPUT)
+        fail(escape(str(exc)), EXIT_BAD_INPUT)
     except (ValueError, FileNotFoundError, PermissionError, IsADirectoryError) as exc:
-        fail(_escape(str(exc)), EXIT_BAD_INPUT)
+        fail(escape(str(exc)), EXIT_BAD_INPUT)
     except Exception as exc:  # noqa: BLE001 - one clear line, never a traceback
-        fail(_escape(f"assessment failed: {type(exc).__name__}: {exc}"), EXIT_FAILED)
-    if save_trace:
-        save_trace.parent.mkdir(parents=True, exist_ok=True)
-        save_trace.write_text(result.model_dump_json(indent=2), encoding="utf-8")
+        unexpected(exc, "assessment failed")
     if as_json:
         typer.echo(result.model_dump_json(indent=2, exclude={"trace"} if not verbose else None))
     else:
         render(result, verbose)
+    if save_trace:  # after the result is shown: a trace that cannot be written must not lose it
+        _save_trace(result, save_trace)
+
+
+def _save_trace(result, path: Path) -> None:
+    import stat
+    import tempfile
+
+    from agentic_iqa.redact import redact
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = result.model_dump_json(indent=2).encode("utf-8")
+        if path.exists() and not path.is_file():
+            if not stat.S_ISCHR(path.stat().st_mode):  # a folder, a FIFO (which would block), a socket
+                raise OSError(f"{'a folder' if path.is_dir() else 'not a regular file'}; give a file path")
+            with open(path, "wb") as fh:  # /dev/null, /dev/full: written in place, never replaced
+                fh.write(data)
+            return
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", delete=False) as tmp:
+            tmp.write(data)
+        os.replace(tmp.name, path)
+    except OSError as exc:
+        fail(escape(redact(f"the result above is complete, but the trace could not be written to {path}: "
+                            f"{exc.strerror or exc}")), EXIT_FAILED)
 
 
 def _run(image, query, reference, lm, api_base, config, offline, mode, programs, no_cache, show_progress,
@@ -184,9 +205,32 @@ def _run(image, query, reference, lm, api_base, config, offline, mode, programs,
         return assessor.assess(image_path, query, reference_path, on_event=on_event, **kw)
 
 
+_TERMINAL_CONTROL = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]"            # CSI: colours, cursor moves, clear screen
+    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC: window title, hyperlinks
+    r"|\x1b[@-_]?"                          # any other escape
+    r"|[\x00-\x08\x0b-\x1f\x7f-\x9f]"        # other control characters (newline and tab stay)
+)
+
+
+def escape(text) -> str:
+    """Model and file text made safe for the terminal: control characters and escape sequences removed
+    (a reply could retitle the window or clear the screen), rich markup shown literally."""
+    from rich.markup import escape as markup_escape
+
+    return markupescape(_TERMINAL_CONTROL.sub("", str(text)))
+
+
+def answered_by(result) -> str:
+    """The footer: who answered, and which stages fell back to what when the model did not answer all."""
+    stages = sorted({f.split(":", 1)[0] for f in result.fallbacks})
+    if not stages or not result.backend.startswith("vlm"):
+        return f"answered by {result.backend}"
+    return f"answered by {result.backend}, with fallbacks in {', '.join(stages)} (see below)"
+
+
 def render(result, verbose: bool = False) -> None:
     from rich.console import Console
-    from rich.markup import escape
     from rich.panel import Panel
     from rich.table import Table
 
@@ -196,7 +240,7 @@ def render(result, verbose: bool = False) -> None:
     if result.mode == "score" and r.score is not None:
         head = f"[bold]Level {r.level}[/] · score [bold]{r.score:.2f}[/] / 5"
     body = f"{head}\n\n{escape(r.quality_reasoning)}"
-    con.print(Panel(body, title=f"[b]{escape(result.query[:200])}[/]", subtitle=f"answered by {escape(result.backend[:160])}", expand=False))
+    con.print(Panel(body, title=f"[b]{escape(result.query[:200])}[/]", subtitle=escape(answered_by(result)[:240]), expand=False))
     ev = result.evidence
     if ev and ev.distortion_analysis and any(ev.distortion_analysis.values()):
         t = Table(title="Distortions", show_lines=False)
@@ -273,9 +317,9 @@ def _batch(images, manifest, out, query, reference, lm, api_base, config, offlin
     except typer.Exit:
         raise
     except (BatchError, ConfigError, ImageError) as exc:
-        fail(_escape(str(exc)), EXIT_BAD_INPUT)
+        fail(escape(str(exc)), EXIT_BAD_INPUT)
     except Exception as exc:  # noqa: BLE001 - one clear line, never a traceback
-        fail(_escape(f"batch failed: {type(exc).__name__}: {exc}"), EXIT_FAILED)
+        unexpected(exc, "batch failed")
 
     code = _finish_batch(summary, as_json, exit=False)
     if summary.interrupted:
@@ -301,7 +345,7 @@ def _items(images, manifest, query, reference, mode, recursive, allow_absolute):
                                         query=query, reference=ref, mode=mode)
         problems = []
     if not items and not problems:
-        fail(_escape("no images to assess: " + ("; ".join(notes) or "the input is empty")), EXIT_BAD_INPUT)
+        fail(escape("no images to assess: " + ("; ".join(notes) or "the input is empty")), EXIT_BAD_INPUT)
     return items, problems, notes
 
 
@@ -324,9 +368,9 @@ def _ray_batch(images, manifest, out, query, reference, lm, api_base, config, of
     except typer.Exit:
         raise
     except (BatchError, ConfigError, ImageError, ValueError) as exc:
-        fail(_escape(str(exc)), EXIT_BAD_INPUT)
+        fail(escape(str(exc)), EXIT_BAD_INPUT)
     except Exception as exc:  # noqa: BLE001 - one clear line, never a traceback
-        fail(_escape(f"batch failed: {type(exc).__name__}: {exc}"), EXIT_FAILED)
+        unexpected(exc, "batch failed")
     _finish_batch(summary, as_json)
 
 
@@ -384,7 +428,6 @@ class _Progress:
 
 def render_summary(summary) -> None:
     from rich.console import Console
-    from rich.markup import escape
     from rich.table import Table
 
     con = Console(stderr=False, highlight=False)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Optional
 
@@ -61,7 +62,7 @@ def eval_command(
     setup_logging(verbose)
     if mode not in {"nr", "fr", "both"} or split not in {"test", "train", "all"}:
         fail("--mode must be nr, fr or both; --split test, train or all")
-    if not manifest.is_file():
+    if not os.path.lexists(manifest):
         fail(f"manifest {manifest} does not exist (make one with `agentic-iqa bench make DIR`)")
     try:
         settings = load_settings(config, lm=lm, api_base=api_base, backend="offline" if offline else None)
@@ -74,9 +75,15 @@ def eval_command(
                   TimeRemainingColumn(), console=console, disable=as_json) as progress:
         task = progress.add_task("assessing", total=None)
 
-        report, items, problems = ev.evaluate(
-            manifest, assessor, modes=modes, split=split, limit=limit, concurrency=concurrency,
-            on_item=lambda item: progress.advance(task), on_start=lambda n: progress.update(task, total=n))
+        try:
+            report, items, problems = ev.evaluate(
+                manifest, assessor, modes=modes, split=split, limit=limit, concurrency=concurrency,
+                on_item=lambda item: progress.advance(task), on_start=lambda n: progress.update(task, total=n))
+        except ValueError as exc:  # the manifest itself cannot be read (rows' problems are reported, not raised)
+            progress.stop()
+            from rich.markup import escape
+
+            fail(escape(str(exc)))
     report["backend"] = assessor.roles.name
     if plot_path:
         ev.plot(items, plot_path)

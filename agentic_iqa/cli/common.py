@@ -1,6 +1,7 @@
 """Shared CLI plumbing: one-line errors and the documented exit codes."""
 from __future__ import annotations
 
+import sys
 from typing import NoReturn
 
 import typer
@@ -40,8 +41,27 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
     """Print one clear line to stderr (no traceback) and exit with `code`."""
     from rich.console import Console
 
-    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {message}")
+    from agentic_iqa.redact import redact
+
+    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {redact(message)}")
     raise typer.Exit(code)
+
+
+def unexpected(exc: BaseException, what: str, code: int = EXIT_FAILED) -> NoReturn:
+    """An error we did not foresee: one line, or with AGENTIC_IQA_DEBUG=1 the (redacted) traceback first."""
+    import os
+    import traceback
+
+    from rich.markup import escape
+
+    from agentic_iqa.redact import redact
+
+    if os.environ.get("AGENTIC_IQA_DEBUG", "").strip() not in ("", "0"):
+        print(redact("".join(traceback.format_exception(exc))), file=sys.stderr, end="")
+        hint = ""
+    else:
+        hint = " (set AGENTIC_IQA_DEBUG=1 for the traceback)"
+    fail(escape(f"{what}: {type(exc).__name__}: {exc}") + hint, code)
 
 
 def setup_logging(verbose: bool = False) -> None:
@@ -49,5 +69,10 @@ def setup_logging(verbose: bool = False) -> None:
     import logging
 
     logging.basicConfig(level=logging.INFO if verbose else logging.CRITICAL, format="%(levelname)s %(name)s: %(message)s")
+    from agentic_iqa.redact import RedactingFilter
+
+    for handler in logging.getLogger().handlers:  # servers echo keys into messages we (and libraries) log
+        if not any(isinstance(f, RedactingFilter) for f in handler.filters):
+            handler.addFilter(RedactingFilter())
     for noisy in ("LiteLLM", "litellm", "httpx", "httpcore", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING if verbose else logging.CRITICAL)

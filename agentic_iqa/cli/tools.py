@@ -5,14 +5,13 @@ Heavy imports (torch, pyiqa, the registry) happen inside the commands: `agentic-
 from __future__ import annotations
 
 import json
-import os
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
-from agentic_iqa.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, fail, flag, DEVICE_HELP, WEIGHTS_DIR_HELP
+from agentic_iqa.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, fail, flag, unexpected, DEVICE_HELP, WEIGHTS_DIR_HELP
 
 if TYPE_CHECKING:
     from iqa_tools import ToolRegistry
@@ -53,9 +52,7 @@ def _fail_for(exc: BaseException) -> None:
         fail(escape(str(exc)), EXIT_FAILED)  # the tool cannot run here (or crashed): not the user's input
     if isinstance(exc, (ImageError, ToolError, ToolTableError, ConfigError)):
         fail(escape(str(exc)), EXIT_BAD_INPUT)
-    if os.environ.get("AGENTIC_IQA_DEBUG"):
-        raise exc
-    fail(escape(f"unexpected {type(exc).__name__}: {exc} (set AGENTIC_IQA_DEBUG=1 for the traceback)"), EXIT_FAILED)
+    unexpected(exc, "unexpected error")
 
 
 def _image_arg(value: str) -> str:
