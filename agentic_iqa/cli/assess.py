@@ -218,7 +218,7 @@ def escape(text) -> str:
     (a reply could retitle the window or clear the screen), rich markup shown literally."""
     from rich.markup import escape as markup_escape
 
-    return markupescape(_TERMINAL_CONTROL.sub("", str(text)))
+    return markup_escape(_TERMINAL_CONTROL.sub("", str(text)))
 
 
 def answered_by(result) -> str:
