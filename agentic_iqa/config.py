@@ -144,7 +144,9 @@ def _check_device(device: str, source: str) -> None:
     if not DEVICE_FORM.match(device):
         raise ConfigError(f"{source}: unknown device {device!r}; use auto, cpu, cuda, cuda:N or mps")
     if device.startswith("cuda"):
-        import torch
+        from iqa_tools import backend
+
+        torch = backend.torch()
 
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         index = int(device.split(":")[1]) if ":" in device else 0
@@ -152,7 +154,9 @@ def _check_device(device: str, source: str) -> None:
             have = f"{count} CUDA device(s)" if count else "no CUDA device"
             raise ConfigError(f"{source}: device {device!r} does not exist here ({have}); use cpu or auto")
     elif device == "mps":
-        import torch
+        from iqa_tools import backend
+
+        torch = backend.torch()
 
         mps = getattr(torch.backends, "mps", None)
         if not (mps is not None and mps.is_available()):

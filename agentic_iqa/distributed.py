@@ -275,11 +275,12 @@ class _AssessWorker:
 
 
 def warm_up(assessor: Any) -> None:
-    """Import torch and pyiqa once, in this thread: the first assessments run on several threads, and
-    torch imported by two threads at once can come out half-initialized ("module 'torch' has no
-    attribute ...")."""
-    _ = assessor.registry.device  # resolving the device imports torch
-    import pyiqa  # noqa: F401
+    """Import torch and pyiqa and resolve the device before the first item, so that startup is not
+    counted in the first items' times (concurrent imports are safe anyway: iqa_tools.backend)."""
+    from iqa_tools import backend
+
+    backend.pyiqa()
+    _ = assessor.registry.device
 
 
 def _types():

@@ -28,6 +28,7 @@ from typing import Any, Optional
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
+from iqa_tools import backend
 from iqa_tools.errors import ImageError
 from iqa_tools.files import MAX_IMAGE_FILE_BYTES, read_regular_file
 
@@ -76,7 +77,7 @@ class LoadedImage:
     @cached_property
     def tensor(self) -> Any:
         """torch.FloatTensor, shape 1×3×H×W, values in [0, 1]."""
-        import torch
+        torch = backend.torch()
 
         chw = torch.from_numpy(self.pixels).permute(2, 0, 1).unsqueeze(0)
         tensor = chw.to(dtype=torch.float32, memory_format=torch.contiguous_format)

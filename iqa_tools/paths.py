@@ -9,6 +9,8 @@ import os
 import sys
 from pathlib import Path
 
+from iqa_tools import backend
+
 
 def user_cache_dir() -> Path:
     """Our cache folder: `AGENTIC_IQA_CACHE_DIR`, else the platform's user cache + `agentic-iqa`."""
@@ -26,9 +28,8 @@ def user_cache_dir() -> Path:
 
 def torch_hub_dir() -> Path:
     """`torch.hub.get_dir()`: pyiqa keeps its files in `<this>/pyiqa`, torchvision in `<this>/checkpoints`."""
-    if "torch" in sys.modules:  # honour torch.hub.set_dir() if someone called it
-        import torch.hub
-
+    torch = backend.torch_if_loaded()
+    if torch is not None:  # honour torch.hub.set_dir() if someone called it
         return Path(torch.hub.get_dir())
     xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join("~", ".cache")
     torch_home = os.environ.get("TORCH_HOME") or os.path.join(xdg, "torch")

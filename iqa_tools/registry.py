@@ -22,7 +22,7 @@ from typing import Any, Iterable, Iterator, Literal, Optional, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
-from iqa_tools import weights
+from iqa_tools import backend, weights
 from iqa_tools.cache import ToolCache, cache_key
 from iqa_tools.errors import (
     DependencyMissingError,
@@ -86,12 +86,15 @@ class ToolScore(BaseModel):
         )
 
 
+_stdout_swap_lock = threading.Lock()
+
+
 def _alias_key(name: str) -> str:
     return re.sub(r"[\s_\-+.]", "", name).lower()
 
 
 def _resolve_device(requested: str) -> str:
-    import torch
+    torch = backend.torch()
 
     if requested in ("", "auto"):
         if torch.cuda.is_available():
@@ -269,8 +272,7 @@ class ToolRegistry:
         elif found.model_path is not None:
             kwargs["pretrained_model_path"] = str(found.model_path)
 
-        import pyiqa
-        import torch
+        pyiqa, torch = backend.pyiqa(), backend.torch()
 
         path = kwargs.get("pretrained_model_path")
         if path and Path(path).suffix.lower() in (".pt", ".pth"):
@@ -282,7 +284,9 @@ class ToolRegistry:
 
         try:
             # pyiqa prints progress ("Loading pretrained model …") to stdout; keep stdout for results.
-            with contextlib.redirect_stdout(sys.stderr):
+            # redirect_stdout swaps the process-wide sys.stdout: two overlapping swaps on two threads
+            # would leave it pointing at stderr for good, hence one creation at a time.
+            with _stdout_swap_lock, contextlib.redirect_stdout(sys.stderr):
                 return pyiqa.create_metric(spec.metric, device=torch.device(device), **kwargs)
         except Exception as exc:  # pyiqa raises anything from AssertionError to URLError
             raise ToolRunError(f"{spec.name}: pyiqa could not create metric {spec.metric!r}: {type(exc).__name__}: {exc}", tool=spec.name) from exc
@@ -388,7 +392,7 @@ class ToolRegistry:
         missing reference, non-finite score). Problems of the tool itself (unknown, not installed, weights
         missing, NR tool given references) raise, since no item could succeed.
         """
-        import torch
+        torch = backend.torch()
 
         spec = self.spec(name)
         images = list(images)

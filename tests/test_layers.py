@@ -69,3 +69,13 @@ def test_the_check_sees_an_upward_import():
     assert layer("optimizers.tasks") > layer("agentic_iqa.agents.modules")
     assert layer("iqa_tools.registry") == layer("signatures.models") == 0
     assert any(target == "agentic_iqa.agents.modules" for module, target, _ in imports() if module == "optimizers.tasks")
+
+
+def test_torch_and_pyiqa_are_imported_only_through_the_backend():
+    """Two threads importing torch at once see it half-initialized; iqa_tools.backend imports it under a lock."""
+    direct = [
+        f"{where}: {module} imports {target}"
+        for module, target, where in imports()
+        if target.split(".")[0] in ("torch", "torchvision", "pyiqa") and module != "iqa_tools.backend"
+    ]
+    assert direct == [], "\n".join(direct)
