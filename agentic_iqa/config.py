@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Iterable, Literal, Optional
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 ROLES = ("planner", "executor", "summarizer")
 CONFIG_FILES = ("model_backends.yaml", "pipeline.yaml")
@@ -163,9 +164,6 @@ def _check_device(device: str, source: str) -> None:
             raise ConfigError(f"{source}: device 'mps' is not available here; use cpu or auto")
 
 
-CONFIG_ENV = "AGENTIC_IQA_CONFIG"
-
-
 def user_config_dir() -> Path:
     """The per-user config folder (platformdirs: ~/.config/agentic-iqa on Linux, honouring XDG_CONFIG_HOME)."""
     from platformdirs import user_config_dir as _user_config_dir
@@ -173,14 +171,14 @@ def user_config_dir() -> Path:
     return Path(_user_config_dir("agentic-iqa", appauthor=False))
 
 
-def default_config_dir() -> Optional[Path]:
+def default_config_dir(env: Optional["EnvSettings"] = None) -> Optional[Path]:
     """Where the configuration comes from when no folder is passed, in this order:
     `AGENTIC_IQA_CONFIG`, else the user config dir when it holds our files, else none (the package
     defaults). The current folder is never searched: a `configs/` folder wherever the user happens
     to stand (e.g. a downloaded repository) could otherwise load programs or point the LM elsewhere."""
-    env = os.environ.get(CONFIG_ENV)
-    if env:
-        return Path(env)
+    folder = (env or env_settings()).CONFIG
+    if folder:
+        return folder
     user = user_config_dir()
     return user if any((user / name).is_file() for name in CONFIG_FILES) else None
 
@@ -217,68 +215,110 @@ def _validate(model: type[BaseModel], data: dict, path: Path):
         raise ConfigError(f"{path}: `{where}`: {first['msg']}") from None
 
 
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
 KEY_NAMES = {"api_key", "key", "openai_api_key", "apikey", "token", "secret"}
 
-# The environment variables read (here only), each with the setting it sets. README's table lists them.
-ENV_VARS = {
-    "AGENTIC_IQA_CONFIG": "the config folder",
-    "AGENTIC_IQA_LM": "backends.<role>.model",
-    "AGENTIC_IQA_API_BASE": "backends.<role>.api_base",
-    "AGENTIC_IQA_BACKEND": "pipeline.backend",
-    "AGENTIC_IQA_DEVICE": "pipeline.tools.device",
-    "AGENTIC_IQA_CACHE_DIR": "pipeline.cache.dir",
-    "AGENTIC_IQA_PROB_MODE": "pipeline.fusion.prob_mode",
-    "AGENTIC_IQA_MAX_PIXELS": "pipeline.max_image_pixels",
-    "AGENTIC_IQA_TOOL_FILES": "pipeline.tools.extra_tables (os.pathsep-separated, added)",
-    "AGENTIC_IQA_WEIGHTS_DIR": "pipeline.tools.weights_dir",
-    "AGENTIC_IQA_OFFLINE": "pipeline.tools.offline (1/0; else HF_HUB_OFFLINE=1 means offline)",
+
+def _env_field(setting: str, **kw):
+    return Field(None, description=setting, **kw)
+
+
+class DebugSettings(BaseSettings):
+    """AGENTIC_IQA_DEBUG alone: the CLI's last-resort error path reads it even when another variable is bad."""
+
+    model_config = SettingsConfigDict(env_prefix="AGENTIC_IQA_", env_ignore_empty=True, extra="ignore",
+                                      case_sensitive=True)
+
+    DEBUG: bool = Field(False, description="the CLI prints the (redacted) traceback of an unforeseen error")
+
+
+class EnvSettings(DebugSettings):
+    """The environment variables agentic-iqa reads (pydantic-settings; read here and nowhere else).
+
+    Each field is `AGENTIC_IQA_<NAME>`; its description names the setting it sets. Empty means unset.
+    README's environment table lists them (a test keeps the two equal)."""
+
+    CONFIG: Optional[Path] = _env_field("the config folder")
+    LM: Optional[str] = _env_field("backends.<role>.model")
+    API_BASE: Optional[str] = _env_field("backends.<role>.api_base")
+    BACKEND: Optional[Literal["auto", "vlm", "offline"]] = _env_field("pipeline.backend")
+    DEVICE: Optional[str] = _env_field("pipeline.tools.device")
+    CACHE_DIR: Optional[Path] = _env_field("pipeline.cache.dir")
+    PROB_MODE: Optional[Literal["logits", "classification", "uniform"]] = _env_field("pipeline.fusion.prob_mode")
+    MAX_PIXELS: Optional[PositiveInt] = _env_field("pipeline.max_image_pixels")
+    TOOL_FILES: Optional[str] = _env_field("pipeline.tools.extra_tables (os.pathsep-separated, added)")
+    WEIGHTS_DIR: Optional[Path] = _env_field("pipeline.tools.weights_dir")
+    OFFLINE: Optional[bool] = _env_field("pipeline.tools.offline (1/0; else HF_HUB_OFFLINE=1 means offline)")
+    # Hugging Face's own switch, honoured so that one variable makes every download refuse.
+    HF_HUB_OFFLINE: Optional[bool] = Field(None, validation_alias="HF_HUB_OFFLINE", exclude=True)
+
+
+#: How a bad value should look, by variable, for the one-line error.
+_ENV_HINTS = {
+    "MAX_PIXELS": "expected a positive whole number of pixels (e.g. 100000000); unset it for the default",
+    "OFFLINE": "expected 1/0 (true/false, yes/no, on/off)",
+    "DEBUG": "expected 1/0 (true/false, yes/no, on/off)",
+    "HF_HUB_OFFLINE": "expected 1/0 (true/false, yes/no, on/off)",
 }
 
 
-def _flag(name: str, value: str) -> bool:
-    v = value.strip().lower()
-    if v in _TRUE:
-        return True
-    if v in _FALSE:
+def env_var_name(field: str) -> str:
+    return field if field == "HF_HUB_OFFLINE" else f"AGENTIC_IQA_{field}"
+
+
+def env_settings() -> EnvSettings:
+    """The environment, validated; a bad value is a ConfigError naming the variable."""
+    try:
+        return EnvSettings()
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = str(first["loc"][0]) if first["loc"] else "?"
+        hint = _ENV_HINTS.get(field) or first["msg"]
+        if "DEVICE" in field:
+            hint = "unknown device; use auto, cpu, cuda, cuda:N or mps"
+        raise ConfigError(f"{env_var_name(field)}={first.get('input')!r}: {hint}") from None
+
+
+def env_vars() -> dict[str, str]:
+    """{variable: the setting it sets}, for the README's table."""
+    return {env_var_name(name): f.description or "" for name, f in EnvSettings.model_fields.items()
+            if name != "HF_HUB_OFFLINE"}
+
+
+def debug_enabled() -> bool:
+    """AGENTIC_IQA_DEBUG, for the CLI's last-resort error path (a bad value means off)."""
+    try:
+        return DebugSettings().DEBUG
+    except ValidationError:
         return False
-    raise ConfigError(f"{name}={value!r}: expected 1/0 (true/false, yes/no, on/off)")
 
 
-def _env_overrides(backends: ModelBackends, pipeline: PipelineConfig, sources: dict[str, str]) -> None:
-    env = os.environ
-    if env.get("AGENTIC_IQA_LM"):
-        for r in ROLES:
-            backends.role(r).model = env["AGENTIC_IQA_LM"]
-    if env.get("AGENTIC_IQA_API_BASE"):
-        for r in ROLES:
-            backends.role(r).api_base = env["AGENTIC_IQA_API_BASE"]
-    if env.get("AGENTIC_IQA_BACKEND"):
-        pipeline.backend = env["AGENTIC_IQA_BACKEND"]  # type: ignore[assignment]
-    if env.get("AGENTIC_IQA_DEVICE"):
-        pipeline.tools.device = env["AGENTIC_IQA_DEVICE"].strip().lower()
+def _env_overrides(env: EnvSettings, backends: ModelBackends, pipeline: PipelineConfig, sources: dict[str, str]) -> None:
+    for r in ROLES:
+        if env.LM:
+            backends.role(r).model = env.LM
+        if env.API_BASE:
+            backends.role(r).api_base = env.API_BASE
+    if env.BACKEND:
+        pipeline.backend = env.BACKEND
+    if env.DEVICE:
+        pipeline.tools.device = env.DEVICE.strip().lower()
         sources["tools.device"] = "AGENTIC_IQA_DEVICE"
         if not DEVICE_FORM.match(pipeline.tools.device):
-            raise ConfigError(f"AGENTIC_IQA_DEVICE={env['AGENTIC_IQA_DEVICE']!r}: unknown device; use auto, cpu, cuda, cuda:N or mps")
-    if env.get("AGENTIC_IQA_CACHE_DIR"):
-        pipeline.cache.dir = Path(env["AGENTIC_IQA_CACHE_DIR"])
-    if env.get("AGENTIC_IQA_PROB_MODE"):
-        pipeline.fusion.prob_mode = env["AGENTIC_IQA_PROB_MODE"]  # type: ignore[assignment]
-    if "AGENTIC_IQA_MAX_PIXELS" in env:
-        raw = env["AGENTIC_IQA_MAX_PIXELS"].strip().replace("_", "")
-        if not raw.isdigit() or int(raw) <= 0:
-            raise ConfigError(f"AGENTIC_IQA_MAX_PIXELS={env['AGENTIC_IQA_MAX_PIXELS']!r}: expected a positive whole "
-                              "number of pixels (e.g. 100000000); unset it for the default")
-        pipeline.max_image_pixels = int(raw)
-    if env.get("AGENTIC_IQA_TOOL_FILES"):
-        extra = [Path(p) for p in env["AGENTIC_IQA_TOOL_FILES"].split(os.pathsep) if p.strip()]
+            raise ConfigError(f"AGENTIC_IQA_DEVICE={env.DEVICE!r}: unknown device; use auto, cpu, cuda, cuda:N or mps")
+    if env.CACHE_DIR:
+        pipeline.cache.dir = env.CACHE_DIR.expanduser()
+    if env.PROB_MODE:
+        pipeline.fusion.prob_mode = env.PROB_MODE
+    if env.MAX_PIXELS:
+        pipeline.max_image_pixels = env.MAX_PIXELS
+    if env.TOOL_FILES:
+        extra = [Path(p) for p in env.TOOL_FILES.split(os.pathsep) if p.strip()]
         pipeline.tools.extra_tables = [*pipeline.tools.extra_tables, *extra]
-    if env.get("AGENTIC_IQA_WEIGHTS_DIR"):
-        pipeline.tools.weights_dir = Path(env["AGENTIC_IQA_WEIGHTS_DIR"]).expanduser()
-    if env.get("AGENTIC_IQA_OFFLINE", "").strip():
-        pipeline.tools.offline = _flag("AGENTIC_IQA_OFFLINE", env["AGENTIC_IQA_OFFLINE"])
-    elif pipeline.tools.offline is None and env.get("HF_HUB_OFFLINE", "").strip().lower() in _TRUE:
+    if env.WEIGHTS_DIR:
+        pipeline.tools.weights_dir = env.WEIGHTS_DIR.expanduser()
+    if env.OFFLINE is not None:
+        pipeline.tools.offline = env.OFFLINE
+    elif pipeline.tools.offline is None and env.HF_HUB_OFFLINE:
         pipeline.tools.offline = True
 
 
@@ -306,7 +346,8 @@ def load_settings(
     **pipeline_overrides,
 ) -> Settings:
     """Read the config directory (or defaults), apply env vars, then explicit overrides."""
-    cdir = Path(config_dir) if config_dir else default_config_dir()
+    env = env_settings()
+    cdir = Path(config_dir) if config_dir else default_config_dir(env)
     backends_data: dict = {}
     pipeline_data: dict = {}
     used: list[Path] = []
@@ -329,7 +370,7 @@ def load_settings(
     sources: dict[str, str] = {}
     if pipeline_data.get("tools", {}).get("device") if isinstance(pipeline_data.get("tools"), dict) else None:
         sources["tools.device"] = f"{cdir / 'pipeline.yaml'}: tools.device"
-    _env_overrides(backends, pipeline, sources)
+    _env_overrides(env, backends, pipeline, sources)
     for r in ROLES:
         if lm:
             backends.role(r).model = lm

@@ -6,24 +6,18 @@ weight files never imports torch (`agentic-iqa tools list` stays fast).
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 from iqa_tools import backend
 
 
 def user_cache_dir() -> Path:
-    """Our cache folder: `AGENTIC_IQA_CACHE_DIR`, else the platform's user cache + `agentic-iqa`."""
-    env = os.environ.get("AGENTIC_IQA_CACHE_DIR")
-    if env:
-        return Path(env).expanduser()
-    if sys.platform == "win32" and os.environ.get("LOCALAPPDATA"):
-        base = Path(os.environ["LOCALAPPDATA"])
-    elif sys.platform == "darwin":
-        base = Path.home() / "Library" / "Caches"
-    else:
-        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "agentic-iqa"
+    """The platform's per-user cache folder for agentic-iqa (platformdirs: ~/.cache/agentic-iqa on Linux,
+    honouring XDG_CACHE_HOME). `AGENTIC_IQA_CACHE_DIR` is a setting (`pipeline.cache.dir`), read by
+    agentic_iqa's Settings, which passes the folder in."""
+    from platformdirs import user_cache_dir as _user_cache_dir
+
+    return Path(_user_cache_dir("agentic-iqa", appauthor=False))
 
 
 def torch_hub_dir() -> Path:

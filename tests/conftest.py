@@ -9,6 +9,7 @@ def _hermetic_env(tmp_path_factory):
     """No test touches the user's cache or the network: our cache dir is a temp dir, the HF hub is offline."""
     mp = pytest.MonkeyPatch()
     mp.setenv("AGENTIC_IQA_CACHE_DIR", str(tmp_path_factory.mktemp("agentic-iqa-cache")))
+    mp.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))  # example images, default cache
     mp.setenv("HF_HUB_OFFLINE", "1")
     mp.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("xdg-config")))  # no user config dir leaks in
     mp.delenv("AGENTIC_IQA_CONFIG", raising=False)

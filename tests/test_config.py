@@ -1,6 +1,7 @@
 """Configuration files, precedence and errors."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,8 @@ import yaml
 from agentic_iqa.config import ConfigError, ModelBackends, PipelineConfig, load_settings
 from agentic_iqa.lm import build_role_lms
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = ROOT / "configs"
 
 
 def test_shipped_yaml_files_state_exactly_the_defaults():
@@ -119,3 +121,47 @@ def test_settings_are_importable_from_the_package_and_feed_the_registry(tmp_path
     s = agentic_iqa.load_settings(tmp_path)
     assert isinstance(s, agentic_iqa.Settings) and s.pipeline.tools.weights_dir == tmp_path
     assert s.build_registry(cache=False).weights_dir == tmp_path
+
+
+def test_environment_is_read_by_one_pydantic_settings_class_listed_in_the_readme():
+    """Every variable EnvSettings reads is in README's table, and no other module reads AGENTIC_IQA_* itself."""
+    import re
+
+    from pydantic_settings import BaseSettings
+
+    from agentic_iqa.config import EnvSettings, env_vars
+
+    assert issubclass(EnvSettings, BaseSettings)
+    readme = (ROOT / "README.md").read_text()
+    missing = [v for v in env_vars() if f"`{v}" not in readme]
+    assert not missing, f"README's environment table lacks {missing}"
+    readers = []
+    for path in [*ROOT.glob("agentic_iqa/**/*.py"), *ROOT.glob("iqa_tools/**/*.py"), *ROOT.glob("signatures/**/*.py"),
+                 *ROOT.glob("optimizers/**/*.py")]:
+        text = path.read_text()
+        if re.search(r"(environ|getenv)[^\n]*AGENTIC_IQA_", text) and path.name != "config.py":
+            readers.append(str(path.relative_to(ROOT)))
+    assert not readers, f"these read AGENTIC_IQA_* variables themselves instead of through EnvSettings: {readers}"
+
+
+@pytest.mark.parametrize("var,value,needle", [
+    ("AGENTIC_IQA_OFFLINE", "maybe", "AGENTIC_IQA_OFFLINE='maybe': expected 1/0"),
+    ("AGENTIC_IQA_BACKEND", "cloud", "AGENTIC_IQA_BACKEND='cloud'"),
+    ("AGENTIC_IQA_PROB_MODE", "softmax", "AGENTIC_IQA_PROB_MODE='softmax'"),
+])
+def test_bad_environment_values_name_the_variable(monkeypatch, var, value, needle):
+    monkeypatch.setenv(var, value)
+    with pytest.raises(ConfigError, match=re.escape(needle)):
+        load_settings()
+
+
+def test_debug_switch_is_read_through_settings_and_never_fails(monkeypatch):
+    from agentic_iqa.config import debug_enabled
+
+    monkeypatch.setenv("AGENTIC_IQA_DEBUG", "1")
+    assert debug_enabled()
+    monkeypatch.setenv("AGENTIC_IQA_MAX_PIXELS", "abc")  # another bad variable: the error path still works
+    assert debug_enabled()
+    monkeypatch.delenv("AGENTIC_IQA_MAX_PIXELS")
+    monkeypatch.setenv("AGENTIC_IQA_DEBUG", "0")
+    assert not debug_enabled()

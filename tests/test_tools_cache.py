@@ -39,12 +39,15 @@ def test_put_get_persists_and_clears(tmp_path):
 
 
 def test_default_location_follows_env(tmp_path, monkeypatch):
+    from agentic_iqa.config import load_settings
+
     monkeypatch.setenv("AGENTIC_IQA_CACHE_DIR", str(tmp_path / "here"))
-    assert user_cache_dir() == tmp_path / "here"
-    assert ToolCache().path == tmp_path / "here" / "tools.sqlite"
+    assert load_settings().build_registry().cache.path == tmp_path / "here" / "tools.sqlite"
     monkeypatch.delenv("AGENTIC_IQA_CACHE_DIR")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert user_cache_dir() == tmp_path / "xdg" / "agentic-iqa"
     assert ToolCache().path == tmp_path / "xdg" / "agentic-iqa" / "tools.sqlite"
+    assert load_settings().build_registry().cache.path == tmp_path / "xdg" / "agentic-iqa" / "tools.sqlite"
 
 
 def test_size_bound_evicts_oldest(tmp_path):

@@ -49,14 +49,14 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
 
 def unexpected(exc: BaseException, what: str, code: int = EXIT_FAILED) -> NoReturn:
     """An error we did not foresee: one line, or with AGENTIC_IQA_DEBUG=1 the (redacted) traceback first."""
-    import os
     import traceback
 
     from rich.markup import escape
 
+    from agentic_iqa.config import debug_enabled
     from agentic_iqa.redact import redact
 
-    if os.environ.get("AGENTIC_IQA_DEBUG", "").strip() not in ("", "0"):
+    if debug_enabled():
         print(redact("".join(traceback.format_exception(exc))), file=sys.stderr, end="")
         hint = ""
     else:
