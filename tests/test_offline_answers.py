@@ -157,3 +157,33 @@ def test_blur_questions_through_the_offline_pipeline(tmp_path):
     astro = agentic_iqa.assess("example:astronaut", "Is the image sharp?", config=tmp_path, backend="offline",
                                use_cache=False)
     assert astro.answer.startswith("Yes — blur: none")
+
+
+# ── "Is it pixelated?" asks the pixelation detector (it was routed to Compression) ──────────────────
+
+def test_pixelated_is_asked_of_the_pixelation_detector(astronaut):
+    plan = rule_plan("Is the image pixelated? A. Yes B. No", has_reference=False)
+    assert [c for ds in plan.distortions.values() for c in ds] == ["Blurs"]
+    clean = sv.analyze(astronaut)
+    pixelated = sv.analyze(distort(astronaut, "pixelate", 4))
+    assert pixelated["Blurs"].severity_of("pixelate") != "none"
+    assert _answer("Is the image pixelated? A. Yes B. No", pixelated) == "A"
+    assert _answer("Is the image pixelated? A. Yes B. No", clean) == "B"
+    assert _answer("Is it pixelated?", pixelated).startswith("Yes — pixelation: ")
+    # Pixelation is not blur: the blur question still reads the blur detector only.
+    pinned = _with_levels(clean, blur=0.0, pixelate=2.5)
+    assert _answer("Is it blurry?", pinned).startswith("No — blur: none")
+    assert _answer("Is it pixelated?", pinned).startswith("Yes — pixelation: moderate")
+
+
+def test_pixelated_question_through_the_offline_pipeline(tmp_path, astronaut):
+    from PIL import Image
+
+    import agentic_iqa
+
+    path = tmp_path / "pixelated.png"
+    Image.fromarray((distort(astronaut, "pixelate", 4) * 255 + 0.5).astype(np.uint8)).save(path)
+    r = agentic_iqa.assess(path, "Is the image pixelated? A. Yes B. No", config=tmp_path, backend="offline",
+                           use_cache=False)
+    rows = [d for ds in r.evidence.distortion_analysis.values() for d in ds]
+    assert r.answer.startswith("A") and [d.type for d in rows] == ["Blurs"] and rows[0].severity != "none"

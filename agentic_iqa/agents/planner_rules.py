@@ -21,9 +21,9 @@ _DISTORTION_WORDS: list[tuple[str, str]] = [
     # Sharpness is the opposite of blur: "is it sharp / crisp / in focus?" is asked of the blur evidence;
     # only over-sharpening (sharpened, halos) is the spec's "Sharpness" distortion.
     (r"blur\w*|out[- ]of[- ]focus|defocus\w*|motion[- ]blur|smear\w*|fuzzy|(?<!over-)(?<!over)sharp(?:ness|ly|er|est)?|"
-     r"crisp\w*|in[- ]focus|detail\w*", "Blurs"),
+     r"crisp\w*|in[- ]focus|detail\w*|pixelat\w*", "Blurs"),  # pixelation: the Blurs category's pixelate detector
     (r"nois\w*|grain\w*|speckle\w*|salt[- ]and[- ]pepper", "Noise"),
-    (r"jpe?g\w*|compress\w*|block\w*|artifact\w*|artefact\w*|pixelat\w*|mosquito", "Compression"),
+    (r"jpe?g\w*|compress\w*|block\w*|artifact\w*|artefact\w*|mosquito", "Compression"),
     (r"bright\w*|dark\w*|exposure|over-?exposed|under-?exposed|dim|illuminat\w*|lighting", "Brightness change"),
     (r"contrast\w*|washed[- ]out|flat", "Contrast"),
     (r"colou?r\w*|saturat\w*|desaturat\w*|hue|tint\w*|cast", "Color distortions"),

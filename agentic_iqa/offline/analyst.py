@@ -82,9 +82,10 @@ class OfflineRoles:
                 a = analyses.get(cat)
                 if a is None:
                     continue
-                if asked and cat == "Blurs":  # "blurry" / "sharp" ask about blur, not pixelation
-                    items.append(DistortionAnalysis(type=cat, severity=a.severity_of("blur"),
-                                                    explanation=a.explanations.get("blur", a.explanation)))
+                if asked and cat == "Blurs":  # "blurry" / "sharp" ask about blur, "pixelated" about pixelation
+                    which = blurs_detector(ctx.query)
+                    items.append(DistortionAnalysis(type=cat, severity=a.severity_of(which),
+                                                    explanation=a.explanations.get(which, a.explanation)))
                 else:
                     items.append(DistortionAnalysis(type=cat, severity=a.severity, explanation=a.explanation))
             out[obj] = items
@@ -168,7 +169,7 @@ def answer_question(query: str, plan: PlannerOutput, analyses: dict, fused_level
         yes = next((k for k, v in texts.items() if _YES.match(v)), None)
         no = next((k for k, v in texts.items() if _NO.match(v)), None)
         if yes and no and asked:
-            present = any(_severity(analyses, c) != "none" for c in asked if c in analyses)
+            present = any(_severity(analyses, c, query) != "none" for c in asked if c in analyses)
             return yes if present != sharp else no
         by_category = {k: named_distortions(v) for k, v in texts.items()}
         if any(by_category.values()):
@@ -179,8 +180,8 @@ def answer_question(query: str, plan: PlannerOutput, analyses: dict, fused_level
             return min(by_level, key=lambda k: abs(by_level[k] - target))
         return next(iter(texts))  # no option the measurements can speak to; the reasoning says what was measured
     if asked:
-        found = [f"{_name(c)}: {_severity(analyses, c)}" for c in asked if c in analyses]
-        present = [c for c in asked if c in analyses and _severity(analyses, c) != "none"]
+        found = [f"{_name(c, query)}: {_severity(analyses, c, query)}" for c in asked if c in analyses]
+        present = [c for c in asked if c in analyses and _severity(analyses, c, query) != "none"]
         return ("Yes — " if bool(present) != sharp else "No — ") + "; ".join(found)
     worst = _ranked(analyses)[0]
     if worst.severity == "none":
@@ -188,12 +189,18 @@ def answer_question(query: str, plan: PlannerOutput, analyses: dict, fused_level
     return f"The most visible distortion is {worst.category.lower()} ({worst.severity})."
 
 
-def _severity(analyses: dict, category: str) -> str:
+def blurs_detector(query: str) -> str:
+    """Which detector of the Blurs category a question means: pixelation (KADID's spatial family, which
+    the spec files under Blurs) when it says "pixelated", else blur ("blurry", "sharp", "in focus")."""
+    return "pixelate" if re.search(r"\bpixelat", query, re.I) else "blur"
+
+
+def _severity(analyses: dict, category: str, query: str) -> str:
     """A category's severity as a question about it means it: "blurry" is the blur detector's verdict
-    alone (pixelation, reported under the same category, is not blur)."""
+    alone (pixelation, reported under the same category, is not blur), "pixelated" the pixelation one's."""
     a = analyses[category]
-    return a.severity_of("blur") if category == "Blurs" else a.severity
+    return a.severity_of(blurs_detector(query)) if category == "Blurs" else a.severity
 
 
-def _name(category: str) -> str:
-    return "blur" if category == "Blurs" else category
+def _name(category: str, query: str) -> str:
+    return ("pixelation" if blurs_detector(query) == "pixelate" else "blur") if category == "Blurs" else category
