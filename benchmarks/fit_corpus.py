@@ -63,7 +63,12 @@ def _debian_root(cache: Path, package: str) -> Path:
     if not list(debs.glob(f"{package}_*.deb")):
         subprocess.run(["apt-get", "download", package], cwd=debs, check=True, timeout=600)
     deb = sorted(debs.glob(f"{package}_*.deb"))[-1]
-    subprocess.run(["dpkg-deb", "-x", str(deb), str(root)], check=True, timeout=600)
+    # Extract beside the final folder and rename: an interrupted extraction is never taken for a finished one.
+    tmp = root.with_name(root.name + ".part")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    subprocess.run(["dpkg-deb", "-x", str(deb), str(tmp)], check=True, timeout=600)
+    tmp.rename(root)
     return root
 
 
