@@ -99,6 +99,7 @@ class Assessor:
         self._registry = registry
         self._roles = roles
         self._graph = None
+        self._agraph = None
         self._lock = threading.Lock()
 
     # Built lazily: `Assessor()` is cheap; the first assessment pays for torch/pyiqa/DSPy imports.
@@ -124,6 +125,16 @@ class Assessor:
                 self._graph = build_graph()
             return self._graph
 
+    @property
+    def agraph(self):
+        """The same graph with async nodes, for `assess_async` (`ainvoke`)."""
+        with self._lock:
+            if self._agraph is None:
+                from agentic_iqa.graph import build_graph
+
+                self._agraph = build_graph(asynchronous=True)
+            return self._agraph
+
     def assess(
         self,
         image: str | Path,
@@ -137,10 +148,68 @@ class Assessor:
     ) -> AssessmentResult:
         """`resize_reference`: a reference of another size is resized to the image's size (bicubic,
         written losslessly to a temporary file) instead of being refused."""
+        t0 = time.perf_counter()
+        run = self._prepare(image, query, reference, mode, use_cache, resize_reference)
+        try:
+            graph, state, config, deps = self.graph, run.state, {"recursion_limit": 50}, self._deps()
+            if on_event is None:
+                final = graph.invoke(state, config=config, context=deps)
+            else:  # progress: the nodes' stream-writer events, then the final state
+                final = state
+                for stream, chunk in graph.stream(state, config=config, context=deps, stream_mode=["custom", "values"]):
+                    if stream == "custom":
+                        on_event(chunk)
+                    else:
+                        final = chunk
+        finally:
+            run.cleanup()
+        return run.result(final, t0)
+
+    __call__ = assess  # an Assessor is the callable `create_assessor` returns: `assessor("photo.jpg")`
+
+    async def assess_async(
+        self,
+        image: str | Path,
+        query: Optional[str] = None,
+        reference: Optional[str | Path] = None,
+        *,
+        mode: Literal["auto", "score", "answer"] = "auto",
+        use_cache: bool = True,
+        on_event: Optional[Callable[[dict], None]] = None,
+        resize_reference: bool = False,
+    ) -> AssessmentResult:
+        """`assess` for asyncio code: the graph runs with `ainvoke` and the model calls with DSPy's `acall`
+        on the event loop (no thread waits on the model); decoding, statistics and tools run in worker
+        threads. Many assessments can be awaited together (`asyncio.gather`)."""
+        t0 = time.perf_counter()
+        run = await asyncio.to_thread(self._prepare, image, query, reference, mode, use_cache, resize_reference)
+        try:
+            graph, state, config = self.agraph, run.state, {"recursion_limit": 50}
+            deps = await asyncio.to_thread(self._deps)  # the first call builds the registry and LMs
+            if on_event is None:
+                final = await graph.ainvoke(state, config=config, context=deps)
+            else:
+                final = state
+                async for stream, chunk in graph.astream(state, config=config, context=deps,
+                                                         stream_mode=["custom", "values"]):
+                    if stream == "custom":
+                        on_event(chunk)
+                    else:
+                        final = chunk
+        finally:
+            run.cleanup()
+        return run.result(final, t0)
+
+    def _deps(self):
+        from agentic_iqa.agents.context import GraphContext
+
+        return GraphContext(registry=self.registry, settings=self.settings, roles=self.roles)
+
+    def _prepare(self, image, query, reference, mode, use_cache, resize_reference) -> "_Run":
+        """Check the inputs before any LM call is spent, and build the graph's initial state."""
         from iqa_tools import ImageSizeMismatchError, load_image
         from iqa_tools.examples import resolve_example
 
-        t0 = time.perf_counter()
         self.registry  # a device that does not exist here is a configuration error before any work
         image, reference = resolve_example(image), resolve_example(reference)  # "example:chelsea", as in the CLI
         p = self.settings.pipeline
@@ -149,8 +218,8 @@ class Assessor:
             notes.append("configuration read from " + ", ".join(map(str, self.settings.config_files)))
         image_path = Path(image)
         reference_path = Path(reference) if reference is not None else None
-        # Validate inputs up front: a clear error before any LM call is spent. Strings go to the loader
-        # as given, so that a URL gets its "download it first" hint instead of "file not found".
+        # Strings go to the loader as given, so that a URL gets its "download it first" hint instead of
+        # "file not found".
         loaded = load_image(image if isinstance(image, str) else image_path, max_pixels=p.max_image_pixels)
         notes += list(getattr(loaded, "notes", []) or [])
         tmp_dir, given_reference = None, reference_path
@@ -171,19 +240,6 @@ class Assessor:
                 notes.append("the reference is the same file content as the image: full-reference tools will report perfect quality")
             del ref
         del loaded  # the decoded tensor is not needed any more; tools and roles read the file themselves
-        try:
-            result = self._assess(image_path, reference_path, text, notes, mode, use_cache, on_event, t0)
-        finally:
-            if tmp_dir is not None:
-                tmp_dir.cleanup()
-        if given_reference != reference_path:  # report the user's reference, not the temporary copy
-            result = result.model_copy(update={"reference": str(given_reference)})
-        return result
-
-    def _assess(self, image_path, reference_path, text, notes, mode, use_cache, on_event, t0) -> AssessmentResult:
-        from agentic_iqa.agents.context import GraphContext
-
-        graph = self.graph
         state = {
             "query": text,
             "image_path": str(image_path),
@@ -195,24 +251,24 @@ class Assessor:
             "lm_calls": 0,
             "retries": 0,
         }
-        deps = GraphContext(registry=self.registry, settings=self.settings, roles=self.roles)
-        config = {"recursion_limit": 50}
-        if on_event is None:
-            final = graph.invoke(state, config=config, context=deps)
-        else:  # progress: the nodes' stream-writer events, then the final state
-            final = state
-            for stream, chunk in graph.stream(state, config=config, context=deps, stream_mode=["custom", "values"]):
-                if stream == "custom":
-                    on_event(chunk)
-                else:
-                    final = chunk
-        return result_from_state(final, total_seconds=time.perf_counter() - t0)
+        return _Run(state, tmp_dir, given_reference if given_reference != reference_path else None)
 
-    __call__ = assess  # an Assessor is the callable `create_assessor` returns: `assessor("photo.jpg")`
 
-    async def assess_async(self, image, query=None, reference=None, **kw) -> AssessmentResult:
-        """Concurrent-friendly variant: the assessment runs in a worker thread (LM calls are I/O-bound)."""
-        return await asyncio.to_thread(self.assess, image, query, reference, **kw)
+class _Run:
+    """One prepared assessment: its initial state, and the temporary reference copy to remove after."""
+
+    def __init__(self, state: dict, tmp_dir: Any, given_reference: Optional[Path]):
+        self.state, self._tmp_dir, self._given_reference = state, tmp_dir, given_reference
+
+    def cleanup(self) -> None:
+        if self._tmp_dir is not None:
+            self._tmp_dir.cleanup()
+
+    def result(self, final: dict, t0: float) -> AssessmentResult:
+        result = result_from_state(final, total_seconds=time.perf_counter() - t0)
+        if self._given_reference is not None:  # report the user's reference, not the temporary copy
+            result = result.model_copy(update={"reference": str(self._given_reference)})
+        return result
 
 
 def _resized_reference(ref, size: tuple[int, int]):

@@ -6,7 +6,9 @@ parallel branches: an assessment's critical path is four LM calls (plan, detect,
 The dependencies (tool registry, settings, roles) come from LangGraph's run context
 (`context_schema=GraphContext`, read through `Runtime`); every per-assessment fact is a typed state key
 (`agentic_iqa.state.AgenticIQAState`), the trace is an append-only state list, and progress goes out
-through LangGraph's stream writer (`stream_mode="custom"`). Every node is wrapped the same way: timing,
+through LangGraph's stream writer (`stream_mode="custom"`). Each node is written once, as steps that
+yield their LM calls (`agents.steps`): `build_graph()` compiles them for `invoke`, `build_graph(asynchronous=True)`
+for `ainvoke` (DSPy's `acall`). Every node is wrapped the same way: timing,
 progress events, and the spec's failure rules (a failing executor subtask leaves its field null and never
 fails the executor; an unreachable LM hands the rest of the assessment to the offline analyst).
 """
@@ -23,6 +25,7 @@ from langgraph.runtime import Runtime
 
 from agentic_iqa.agents.context import AssessmentContext, GraphContext, Roles
 from agentic_iqa.agents.planner_rules import rule_plan
+from agentic_iqa.agents.steps import Steps, run_async, run_sync, steps
 from agentic_iqa.agents.tool_execution import execute_tools, required_tool_assignments
 from agentic_iqa.config import LMSetupError
 from agentic_iqa.lm import lm_setup_problem, lm_unreachable
@@ -37,10 +40,11 @@ def _offline(roles: Roles) -> Optional[Roles]:
     return getattr(roles, "offline", None)
 
 
-def _stage(name: str, body: Callable, on_error: Callable):
-    """Wrap a node body with timing, progress events and failure handling."""
+def _stage(name: str, body: Callable, on_error: Callable) -> tuple[Callable, Callable]:
+    """A node (sync, for `invoke`) and its async twin (for `ainvoke`) from one body: timing, progress
+    events and failure handling are written once, as steps (`agents.steps`) that either driver runs."""
 
-    def node(state: AgenticIQAState, runtime: Runtime[GraphContext]) -> dict:
+    def run(state: AgenticIQAState, runtime: Runtime[GraphContext]) -> Steps[dict]:
         deps = runtime.context
         writer = get_stream_writer()
         ctx = AssessmentContext.for_node(state, deps, writer)
@@ -51,7 +55,7 @@ def _stage(name: str, body: Callable, on_error: Callable):
         ctx.emit({"stage": name, "event": "start"})
         t0 = time.perf_counter()
         try:
-            out = body(state, ctx, offline if unreachable and offline is not None else roles)
+            out = yield from steps(body(state, ctx, offline if unreachable and offline is not None else roles))
         except Exception as exc:  # noqa: BLE001 - every failure becomes a recorded degradation
             problem = lm_setup_problem(exc)
             if problem is not None:  # the user's setup, not the model's mistake: stop and say so
@@ -61,7 +65,7 @@ def _stage(name: str, body: Callable, on_error: Callable):
                 update["lm_unreachable"] = f"{type(exc).__name__}: {first_line[:200]}"
                 ctx.trace.add(name, "fallback", f"LM unreachable ({update['lm_unreachable']}); offline analyst answers")
                 try:
-                    out = body(state, ctx, offline)
+                    out = yield from steps(body(state, ctx, offline))
                 except Exception as exc2:  # noqa: BLE001
                     out = on_error(state, ctx, exc2)
             else:
@@ -74,8 +78,14 @@ def _stage(name: str, body: Callable, on_error: Callable):
         update.update(trace=ctx.trace.events, lm_calls=ctx.trace.lm_calls, retries=ctx.trace.retries)
         return update
 
-    node.__name__ = name
-    return node
+    def node(state: AgenticIQAState, runtime: Runtime[GraphContext]) -> dict:
+        return run_sync(run(state, runtime))
+
+    async def anode(state: AgenticIQAState, runtime: Runtime[GraphContext]) -> dict:
+        return await run_async(run(state, runtime))
+
+    node.__name__ = anode.__name__ = name
+    return node, anode
 
 
 def _error(stage: str, ctx: AssessmentContext, exc: BaseException) -> None:
@@ -88,7 +98,7 @@ def _error(stage: str, ctx: AssessmentContext, exc: BaseException) -> None:
 
 
 def _plan(state, ctx, roles):
-    plan = roles.plan(ctx, state.get("replan_reason"))
+    plan = yield from steps(roles.plan(ctx, state.get("replan_reason")))
     ctx.emit({"stage": "planner", "event": "plan", "plan": plan.model_dump()})
     return {"plan": plan, "distortion_set": None, "distortion_analysis": None, "selected_tools": None, "tool_logs": []}
 
@@ -103,7 +113,7 @@ def _plan_failed(state, ctx, exc):
 def _detect(state, ctx, roles):
     plan: PlannerOutput = state["plan"]
     if plan.plan.distortion_detection:
-        found = roles.detect(ctx, plan)
+        found = yield from steps(roles.detect(ctx, plan))
     else:
         found = plan.distortions  # explicit distortions named by the query (or none)
     return {"distortion_set": found}
@@ -113,7 +123,7 @@ def _analyze(state, ctx, roles):
     plan: PlannerOutput = state["plan"]
     if not plan.plan.distortion_analysis:
         return {"distortion_analysis": None}
-    return {"distortion_analysis": roles.analyze(ctx, plan, state.get("distortion_set"))}
+    return {"distortion_analysis": (yield from steps(roles.analyze(ctx, plan, state.get("distortion_set"))))}
 
 
 def default_tools(ctx: AssessmentContext, distortion_set: Optional[dict[str, list[str]]]) -> dict[str, dict[str, str]]:
@@ -167,7 +177,7 @@ def _select(state, ctx, roles):
     selected = None
     if plan.plan.tool_selection:
         try:
-            selected = roles.select(ctx, plan, dset)
+            selected = yield from steps(roles.select(ctx, plan, dset))
         except Exception as exc:  # noqa: BLE001
             if lm_unreachable(exc) and _offline(roles) is not None:
                 raise
@@ -212,7 +222,7 @@ def _evidence(state, ctx, roles):
 
 def _summarize(state, ctx, roles):
     plan: PlannerOutput = state["plan"]
-    result = roles.summarize(ctx, plan, state["executor_evidence"])
+    result = yield from steps(roles.summarize(ctx, plan, state["executor_evidence"]))
     replans = state.get("replans", 0)
     if result.need_replan and not plan.plan.tool_execution and re.search(r"tool|score", result.replan_reason or "", re.I):
         # The plan ran no tools on purpose (region-scoped or "Other" query): not a reason to replan.
@@ -268,17 +278,24 @@ def _route(state: AgenticIQAState) -> str:
     return "planner" if state.get("replan_requested") else END
 
 
-def build_graph():
+_NODES = {
+    "planner": (_plan, _plan_failed),
+    "detect": (_detect, _null("distortion_set", "detect")),
+    "analyze": (_analyze, _null("distortion_analysis", "analyze")),
+    "select": (_select, _null("selected_tools", "select")),
+    "execute": (_execute, _null("tool_logs", "execute")),
+    "evidence": (_evidence, _null("executor_evidence", "evidence")),
+    "summarizer": (_summarize, _summary_failed),
+}
+
+
+def build_graph(asynchronous: bool = False):
     """Compile the assessment graph (once per process is enough: the roles, registry and settings come
-    with each run as its `context=GraphContext(...)`)."""
+    with each run as its `context=GraphContext(...)`). `asynchronous=True` compiles the same nodes'
+    async twins, for `ainvoke`: model calls go through DSPy's `acall` on the event loop."""
     g = StateGraph(AgenticIQAState, context_schema=GraphContext)
-    g.add_node("planner", _stage("planner", _plan, _plan_failed))
-    g.add_node("detect", _stage("detect", _detect, _null("distortion_set", "detect")))
-    g.add_node("analyze", _stage("analyze", _analyze, _null("distortion_analysis", "analyze")))
-    g.add_node("select", _stage("select", _select, _null("selected_tools", "select")))
-    g.add_node("execute", _stage("execute", _execute, _null("tool_logs", "execute")))
-    g.add_node("evidence", _stage("evidence", _evidence, _null("executor_evidence", "evidence")))
-    g.add_node("summarizer", _stage("summarizer", _summarize, _summary_failed))
+    for name, (body, on_error) in _NODES.items():
+        g.add_node(name, _stage(name, body, on_error)[1 if asynchronous else 0])
     g.add_edge(START, "planner")
     g.add_edge("planner", "detect")
     g.add_edge("detect", "analyze")

@@ -1,8 +1,9 @@
 """The three agents played by a vision-language model through DSPy.
 
 Each subtask is a `dspy.Module` around one signature (so optimizers can compile it and programs can be
-saved and loaded per module); `VLMRoles` runs them with each role's LM via `dspy.context` and turns
-their results into the shared state models. Model mistakes are retried with feedback
+saved and loaded per module); `VLMRoles` asks for them with each role's LM (its methods are steps that
+yield `LMCall`s, run sync or async by the graph: `agents.steps`) and turns their results into the shared
+state models. Model mistakes are retried with feedback
 (`StructuredPredict`); a subtask that still fails returns None and the graph records it.
 """
 from __future__ import annotations
@@ -18,6 +19,7 @@ import dspy  # noqa: E402
 from agentic_iqa.agents.context import AssessmentContext  # noqa: E402
 from agentic_iqa.agents.planner_rules import mcq_options  # noqa: E402
 from agentic_iqa.agents.modules import AGENT_MODULES, MODULE_NAMES, AgentModule, Facts  # noqa: E402,F401
+from agentic_iqa.agents.steps import LMCall, Steps  # noqa: E402
 from agentic_iqa.agents.structured import StructuredResult  # noqa: E402
 from agentic_iqa.agents.tool_execution import unique_tool_scores  # noqa: E402
 from agentic_iqa.config import Settings  # noqa: E402
@@ -79,7 +81,8 @@ class VLMRoles:
         return ctx.once("vlm_image", make)
 
     def _call(self, ctx: AssessmentContext, stage: str, module: str, facts: Optional[Facts] = None,
-              part: Optional[str] = None, **inputs) -> Any:
+              part: Optional[str] = None, **inputs) -> Steps[StructuredResult]:
+        """Steps of one module call (the graph's driver runs it sync or async: `agents.steps`)."""
         role = AGENT_MODULES[module].role
         lm = self.lms.get(role)
         if lm is None:
@@ -88,8 +91,7 @@ class VLMRoles:
         # DSPy otherwise keeps every request, image included, in its history and trace (up to 10,000
         # entries per process): a long-lived service would grow by the size of each image, per call.
         quiet = {} if ctx.settings.pipeline.lm_history else {"disable_history": True, "trace": None}
-        with dspy.context(lm=lm, **quiet):
-            result: StructuredResult = self.modules[module](part=part, facts=facts, **inputs)
+        result: StructuredResult = yield LMCall(self.modules[module], lm, dict(part=part, facts=facts, **inputs), quiet)
         ctx.trace.count_lm(result.lm_calls, result.retries)
         for err in result.errors:
             ctx.trace.add(stage, "retry", err[:500])
@@ -102,9 +104,9 @@ class VLMRoles:
 
     # ── roles ───────────────────────────────────────────────────────────────────────────────────
 
-    def plan(self, ctx: AssessmentContext, replan_reason: Optional[str]) -> PlannerOutput:
+    def plan(self, ctx: AssessmentContext, replan_reason: Optional[str]) -> Steps[PlannerOutput]:
         known = ctx.known_tools()
-        result = self._call(
+        result = yield from self._call(
             ctx, "planner", "planner", Facts(known_tools=known),
             query=ctx.query, image=self._image(ctx), reference_mode=self._reference_mode(ctx),
             available_tools=known, replan_reason=replan_reason,
@@ -116,7 +118,7 @@ class VLMRoles:
         )
 
     def detect(self, ctx: AssessmentContext, plan: PlannerOutput):
-        result = self._call(
+        result = yield from self._call(
             ctx, "detect", "detect", query=ctx.query, image=self._image(ctx), query_scope=plan.query_scope
         )
         return result.prediction.distortion_set.root if result.ok else None
@@ -124,7 +126,7 @@ class VLMRoles:
     def analyze(self, ctx: AssessmentContext, plan: PlannerOutput, distortion_set):
         if not distortion_set:
             return None
-        result = self._call(
+        result = yield from self._call(
             ctx, "analyze", "analyze", Facts(distortion_set=distortion_set), query=ctx.query, image=self._image(ctx), distortion_set=distortion_set
         )
         return result.prediction.distortion_analysis.root if result.ok else None
@@ -145,17 +147,17 @@ class VLMRoles:
         parts = [ctx.registry.describe_tools("FR", available_only=True)] if mode == "FR" else []
         parts.append(ctx.registry.describe_tools("NR", available_only=True))
         description = "\n".join(p for p in parts if p)
-        result = self._call(
+        result = yield from self._call(
             ctx, "select", "select", Facts(allowed_tools=allowed),
             distortion_set=distortion_set or {"Global": ["Overall"]},
             tool_description=description, reference_mode=self._reference_mode(ctx),
         )
         return result.prediction.selected_tools.root if result.ok else None
 
-    def summarize(self, ctx: AssessmentContext, plan: PlannerOutput, evidence: ExecutorOutput) -> SummarizerOutput:
+    def summarize(self, ctx: AssessmentContext, plan: PlannerOutput, evidence: ExecutorOutput) -> Steps[SummarizerOutput]:
         inputs = dict(query=ctx.query, image=self._image(ctx), evidence=format_evidence(evidence))
         options = () if ctx.scoring else tuple(mcq_options(ctx.query))
-        result = self._call(ctx, "summarizer", "summarize", Facts(options=options),
+        result = yield from self._call(ctx, "summarizer", "summarize", Facts(options=options),
                             part="score" if ctx.scoring else "explain", **inputs)
         if not result.ok:
             raise ValueError("the summarizer returned no valid answer: " + (result.errors[-1][:300] if result.errors else ""))
