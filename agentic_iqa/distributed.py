@@ -577,24 +577,8 @@ def run_cli_batch(
     elif other:
         raise b.BatchError(f"{out_dir} holds {other[0]} shards; resume it with the same --format")
     records = read_shards(out_dir, repair=True, notes=summary.notes)
-    import concurrent.futures as cf
-
-    with cf.ThreadPoolExecutor(max_workers=8) as pool:  # hash files in parallel: keys need contents
-        prepared = list(pool.map(lambda ix: b.prepare_item(ix[0], ix[1], settings, fingerprint), enumerate(items)))
-    seen: set[str] = set()
-    unique = []
-    for prep in prepared:
-        if prep.identity in seen:
-            summary.duplicates += 1
-            continue
-        seen.add(prep.identity)
-        unique.append(prep)
-    if summary.duplicates:
-        summary.notes.append(f"{summary.duplicates} item(s) appear more than once in the input; each is assessed once")
-    to_run, replace, counts = b.plan_resume(unique, b.ResumeState(records=records), retry_failed=retry_failed)
-    summary.already_done, summary.failed_before = counts["already_done"], counts["failed_before"]
-    if summary.failed_before:
-        summary.notes.append(f"{summary.failed_before} item(s) failed in an earlier run and were not retried (pass --retry-failed)")
+    to_run, replace = b.plan_batch(items, settings=settings, fingerprint=fingerprint,
+                                   state=b.ResumeState(records=records), summary=summary, retry_failed=retry_failed)
     if replace:
         summary.replaced_lines = _drop_rows(out_dir, replace)
     before = {p.name for p in shard_files(out_dir)}

@@ -48,6 +48,7 @@ from agentic_iqa.batch.runner import (  # noqa: F401
     BatchRunner,
     BatchSummary,
     assess_many,
+    plan_batch,
     plan_resume,
     run_batch,
 )
@@ -69,6 +70,7 @@ __all__ = [
     "items_from_manifest",
     "items_from_paths",
     "manifest_query",
+    "plan_batch",
     "plan_resume",
     "prepare_item",
     "run_batch",

@@ -336,6 +336,39 @@ def plan_resume(
     return to_run, replace, counts
 
 
+def plan_batch(
+    items: list[BatchItem],
+    *,
+    settings: Settings,
+    fingerprint: str,
+    state: ResumeState,
+    summary: BatchSummary,
+    retry_failed: bool,
+    workers: int = 8,
+) -> tuple[list[PreparedItem], set[str]]:
+    """Items → (items to run, identities whose earlier results must go), shared by every engine: key
+    each item (files hashed in parallel: resume needs every key before deciding what to run), keep the
+    first of items that appear twice, and split by `plan_resume`. `summary` gets the duplicates,
+    already_done and failed_before counts and their notes."""
+    with cf.ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        prepared = list(pool.map(lambda ix: prepare_item(ix[0], ix[1], settings, fingerprint), enumerate(items)))
+    seen: set[str] = set()
+    unique: list[PreparedItem] = []
+    for prep in prepared:
+        if prep.identity in seen:
+            summary.duplicates += 1
+            continue
+        seen.add(prep.identity)
+        unique.append(prep)
+    if summary.duplicates:
+        summary.notes.append(f"{summary.duplicates} item(s) appear more than once in the input; each is assessed once")
+    to_run, replace, counts = plan_resume(unique, state, retry_failed=retry_failed)
+    summary.already_done, summary.failed_before = counts["already_done"], counts["failed_before"]
+    if summary.failed_before:
+        summary.notes.append(f"{summary.failed_before} item(s) failed in an earlier run and were not retried (pass --retry-failed)")
+    return to_run, replace
+
+
 def run_batch(
     items: list[BatchItem],
     out: str | Path,
@@ -370,23 +403,8 @@ def run_batch(
             summary.notes.append(f"repaired {out}: cut off a partial last line ({state.repaired_bytes} bytes) left by an interrupted run")
         if state.unreadable_lines:
             summary.notes.append(f"{out}: {state.unreadable_lines} line(s) are not result records; kept as they are, ignored")
-        # Hash every file up front, in parallel: resume needs all keys before deciding what to run.
-        with cf.ThreadPoolExecutor(max_workers=min(8, max(1, concurrency))) as pool:
-            prepared = list(pool.map(lambda ix: runner.prepare(*ix), enumerate(items)))
-        seen: set[str] = set()
-        unique: list[PreparedItem] = []
-        for prep in prepared:
-            if prep.identity in seen:
-                summary.duplicates += 1
-                continue
-            seen.add(prep.identity)
-            unique.append(prep)
-        if summary.duplicates:
-            summary.notes.append(f"{summary.duplicates} item(s) appear more than once in the input; each is assessed once")
-        to_run, replace, counts = plan_resume(unique, state, retry_failed=retry_failed)
-        summary.already_done, summary.failed_before = counts["already_done"], counts["failed_before"]
-        if summary.failed_before:
-            summary.notes.append(f"{summary.failed_before} item(s) failed in an earlier run and were not retried (pass --retry-failed)")
+        to_run, replace = plan_batch(items, settings=runner.settings, fingerprint=runner.fingerprint, state=state,
+                                     summary=summary, retry_failed=retry_failed, workers=min(8, max(1, concurrency)))
         if replace:
             summary.replaced_lines = results.rewrite(lambda rec: rec.get("identity") not in replace)
         if on_start:
