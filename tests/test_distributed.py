@@ -289,3 +289,49 @@ def test_a_bad_cluster_address_fails_in_seconds_with_one_line(images, tmp_path):
         assert proc.returncode == EXIT_BAD_INPUT, proc.stderr[-2000:]
         assert message in proc.stderr and "Traceback" not in proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_resume_keys_are_computed_on_the_workers(cluster, tmp_path, monkeypatch):
+    """The driver reads no image (it only lists and identifies items: the workers hash them), and a
+    resume still skips what is done, re-assesses a file whose content changed (its old row replaced),
+    and heals two rows left for one item by an interrupted replacement."""
+    import agentic_iqa.batch.items as items_module
+
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    paths = [write_test_image(folder / f"r{i}.jpg", size=(96, 64), seed=50 + i, quality=40) for i in range(4)]
+    out = tmp_path / "shards"
+
+    def no_reading(path):
+        raise AssertionError(f"the driver read {path}")
+
+    monkeypatch.setattr(items_module, "_sha256_file", no_reading)  # the workers are other processes
+    args = ["assess", str(folder), "--engine", "ray", "--offline", "--no-cache", "--out", str(out), "--json"]
+    env = {"AGENTIC_IQA_RAY_BATCH_SIZE": "2", "AGENTIC_IQA_RAY_ACTORS": "1"}
+    first = cli.invoke(app, args, env=env)
+    assert first.exit_code == EXIT_OK, first.output
+    before = {r["image"]: r for r in read_shards(out)}
+    assert len(before) == 4 and json.loads(first.stdout)["ran"] == 4
+
+    write_test_image(paths[1], size=(96, 64), seed=99, quality=20)  # new content, same name
+    second = cli.invoke(app, args + ["--resume"], env=env)
+    assert second.exit_code == EXIT_OK, second.output
+    summary = json.loads(second.stdout)
+    assert (summary["ran"], summary["already_done"], summary["replaced_lines"]) == (1, 3, 1)
+    rows = read_shards(out)
+    assert Counter(r["image"] for r in rows) == Counter(str(p) for p in paths)
+    changed = next(r for r in rows if r["image"] == str(paths[1]))
+    assert changed["key"] != before[str(paths[1])]["key"]
+
+    # An interruption between writing a new row and dropping the old one leaves both: the next
+    # resume keeps the row whose key matches the file, and assesses nothing.
+    stale = tmp_path / "stale.json"
+    stale.write_text(json.dumps({**before[str(paths[1])], "status": "ok"}) + "\n")
+    stale.rename(out / "00000000T000000-stale-000000.json")
+    assert len(read_shards(out)) == 5
+    third = cli.invoke(app, args + ["--resume"], env=env)
+    assert third.exit_code == EXIT_OK, third.output
+    summary = json.loads(third.stdout)
+    assert (summary["ran"], summary["already_done"], summary["replaced_lines"]) == (0, 4, 1)
+    rows = read_shards(out)
+    assert len(rows) == 4 and next(r for r in rows if r["image"] == str(paths[1]))["key"] == changed["key"]
