@@ -584,7 +584,10 @@ def run_cli_batch(
     """`agentic-iqa assess … --engine ray --out DIR`: the local batch's summary (BatchSummary) for a
     run whose rows went to shards in `out_dir` through Ray's datasinks."""
     b = _batch()
-    knobs = cluster_knobs()
+    # Flags win over the environment; a variable a flag overrides is not even checked.
+    knobs = cluster_knobs(skip={k for k, v in (("actors", actors), ("batch_size", batch_size),
+                                               ("gpus_per_worker", num_gpus_per_worker),
+                                               ("lm_max_in_flight", lm_max_in_flight)) if v is not None})
     actors = actors if actors is not None else knobs["actors"]
     batch_size = batch_size if batch_size is not None else knobs["batch_size"] or 16
     num_gpus_per_worker = num_gpus_per_worker if num_gpus_per_worker is not None else knobs["gpus_per_worker"] or 0.0
@@ -676,7 +679,7 @@ def run_cli_batch(
     return summary
 
 
-#: The cluster settings of `--engine ray` runs, from the environment (the CLI's flags are the local batch's).
+#: The cluster settings of `--engine ray` runs from the environment (`assess --actors` etc. override them).
 KNOBS = {
     "actors": ("AGENTIC_IQA_RAY_ACTORS", int, 1),
     "batch_size": ("AGENTIC_IQA_RAY_BATCH_SIZE", int, 1),
@@ -685,14 +688,15 @@ KNOBS = {
 }
 
 
-def cluster_knobs(env: Optional[dict] = None) -> dict:
-    """{knob: value or None} from AGENTIC_IQA_RAY_* variables; a bad value is a one-line ConfigError."""
+def cluster_knobs(env: Optional[dict] = None, skip: Iterable[str] = ()) -> dict:
+    """{knob: value or None} from AGENTIC_IQA_RAY_* variables (the knobs in `skip` are None, unread);
+    a bad value is a one-line ConfigError."""
     from agentic_iqa.config import ConfigError
 
     env = os.environ if env is None else env
     out: dict[str, Any] = {}
     for knob, (var, kind, least) in KNOBS.items():
-        raw = env.get(var, "").strip()
+        raw = "" if knob in skip else env.get(var, "").strip()
         if not raw:
             out[knob] = None
             continue

@@ -335,3 +335,63 @@ def test_resume_keys_are_computed_on_the_workers(cluster, tmp_path, monkeypatch)
     assert (summary["ran"], summary["already_done"], summary["replaced_lines"]) == (0, 4, 1)
     rows = read_shards(out)
     assert len(rows) == 4 and next(r for r in rows if r["image"] == str(paths[1]))["key"] == changed["key"]
+
+
+RAY_FLAGS = (["--actors", "2"], ["--ray-batch-size", "4"], ["--gpus-per-worker", "0.5"], ["--lm-max-in-flight", "8"])
+
+
+@pytest.mark.parametrize("extra", RAY_FLAGS, ids=lambda e: e[0])
+def test_cluster_flags_need_engine_ray(images, tmp_path, extra):
+    result = cli.invoke(app, ["assess", images[0], images[1], "--offline", "--out", str(tmp_path / "r.jsonl"), *extra])
+    assert result.exit_code == EXIT_BAD_INPUT
+    assert f"{extra[0]}: only with --engine ray" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "r.jsonl").exists()
+
+
+def test_cluster_flags_are_checked_and_documented(images, tmp_path):
+    base = ["assess", images[0], images[1], "--engine", "ray", "--offline", "--out", str(tmp_path / "o")]
+    for extra in (["--actors", "0"], ["--ray-batch-size", "0"], ["--gpus-per-worker", "-1"], ["--lm-max-in-flight", "0"],
+                  ["--gpus-per-worker", "nan"]):
+        result = cli.invoke(app, base + extra)
+        assert result.exit_code == EXIT_BAD_INPUT and extra[0] in result.output, (extra, result.output)
+    assert not (tmp_path / "o").exists()
+    help_text = cli.invoke(app, ["assess", "--help"], env={"COLUMNS": "300"}).output
+    for flag, words in (("--actors", "worker actors"), ("--ray-batch-size", "items per batch"),
+                        ("--gpus-per-worker", "GPU share per actor"), ("--lm-max-in-flight", "across the whole cluster")):
+        assert flag in help_text and words in help_text, flag
+
+
+def test_cluster_flags_override_the_environment(cluster, tmp_path, monkeypatch):
+    """Each flag reaches the run (spied on, the real calls made) and wins over its variable, which is
+    then not even read (these values would be refused)."""
+    import agentic_iqa.distributed as distributed
+
+    seen: dict = {}
+    real_assess, real_coordinator = distributed.assess_dataset, distributed.make_coordinator
+
+    def assess_spy(ds, **kw):
+        seen.update(kw)
+        return real_assess(ds, **kw)
+
+    def coordinator_spy(cap=None, *a):
+        seen["cap"] = cap
+        return real_coordinator(cap, *a)
+
+    monkeypatch.setattr(distributed, "assess_dataset", assess_spy)
+    monkeypatch.setattr(distributed, "make_coordinator", coordinator_spy)
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    for i in range(4):
+        write_test_image(folder / f"f{i}.jpg", size=(96, 64), seed=70 + i)
+    env = {"AGENTIC_IQA_RAY_ACTORS": "zero", "AGENTIC_IQA_RAY_BATCH_SIZE": "-1",
+           "AGENTIC_IQA_RAY_GPUS_PER_WORKER": "x", "AGENTIC_IQA_RAY_LM_MAX_IN_FLIGHT": "0"}
+    out = tmp_path / "out"
+    result = cli.invoke(app, ["assess", str(folder), "--engine", "ray", "--offline", "--no-cache", "--out", str(out),
+                              "--json", "--actors", "2", "--ray-batch-size", "2", "--gpus-per-worker", "0",
+                              "--lm-max-in-flight", "3"], env=env)
+    assert result.exit_code == EXIT_OK, result.output
+    assert (seen["concurrency"], seen["batch_size"], seen["num_gpus_per_worker"], seen["cap"]) == (2, 2, 0.0, 3)
+    assert len(list(out.glob("*.json"))) == 2  # a shard per batch of 2
+    assert len(read_shards(out)) == 4
+    without_flags = cli.invoke(app, ["assess", str(folder), "--engine", "ray", "--offline", "--out", str(tmp_path / "o2")], env=env)
+    assert without_flags.exit_code == EXIT_BAD_INPUT and "AGENTIC_IQA_RAY_ACTORS='zero'" in without_flags.stderr
