@@ -377,6 +377,7 @@ def assess_dataset(
     image_column: str = "image",
     use_cache: bool = True,
     resize_reference: bool = False,
+    with_trace: bool = False,
     coordinator: Any = None,
 ) -> Any:
     """Add the assessment columns to every row of `ds` (lazily: a `ray.data.Dataset`).
@@ -392,7 +393,10 @@ def assess_dataset(
     fractional GPUs per actor (0.25: four actors share a GPU; tools then run on "cuda").
     threads_per_worker: assessments at once inside an actor (LM calls overlap). lm_max_in_flight:
     the cap on LM requests in flight across all actors (None: no cap). `lm`/`offline`/`config` or a
-    ready `settings` choose the configuration, as for `assess()`.
+    ready `settings` choose the configuration, as for `assess()`. with_trace: keep each result's
+    trace in its `result` column (as a local batch's results file does with `with_trace`). A
+    `done_keys` column (list of keys) marks rows settled by earlier results: a row whose content key
+    is among them comes back with status "already_done" and is not assessed.
     """
     if settings is None:
         from agentic_iqa.config import load_settings
@@ -424,7 +428,7 @@ def assess_dataset(
         fn_constructor_kwargs=dict(
             settings=settings, coordinator=coordinator, threads=threads_per_worker, use_cache=use_cache,
             resize_reference=resize_reference, query=query, mode=mode, reference_column=reference_column,
-            image_column=image_column,
+            image_column=image_column, with_trace=with_trace,
         ),
         # Ray Data's actor pools run with max_restarts=-1 and max_task_retries=-1: a killed actor is
         # restarted and its unfinished batch re-run (rows are emitted per batch, so never twice).
@@ -578,11 +582,15 @@ def run_cli_batch(
     lm_max_in_flight: Optional[int] = None,
     use_cache: bool = True,
     resize_reference: bool = False,
+    with_trace: bool = False,
+    progress: bool = True,
     manifest_problems: Iterable[str] = (),
     notes: Iterable[str] = (),
 ) -> Any:
     """`agentic-iqa assess … --engine ray --out DIR`: the local batch's summary (BatchSummary) for a
-    run whose rows went to shards in `out_dir` through Ray's datasinks."""
+    run whose rows went to shards in `out_dir` through Ray's datasinks. with_trace: traces kept in
+    the rows' `result` (as in a local results file). progress=False: no Ray progress bars or
+    progress logs (`--no-progress`, `--json`)."""
     b = _batch()
     # Flags win over the environment; a variable a flag overrides is not even checked.
     knobs = cluster_knobs(skip={k for k, v in (("actors", actors), ("batch_size", batch_size),
@@ -634,9 +642,12 @@ def run_cli_batch(
         ds = ray.data.from_items(item_rows(to_run), override_num_blocks=max(1, math.ceil(len(to_run) / batch_size)))
         out = assess_dataset(ds, settings=settings, concurrency=n_actors, threads_per_worker=concurrency,
                              batch_size=batch_size, num_gpus_per_worker=num_gpus_per_worker, use_cache=use_cache,
-                             resize_reference=resize_reference, coordinator=coordinator)
-        out = out.filter(lambda row: row["status"] not in (NOT_ATTEMPTED, ALREADY_DONE))
+                             resize_reference=resize_reference, with_trace=with_trace, coordinator=coordinator)
+        from ray.data.expressions import col
+
+        out = out.filter(expr=(col("status") != NOT_ATTEMPTED) & (col("status") != ALREADY_DONE))
         name = time.strftime('%Y%m%dT%H%M%S')
+        quiet = _quiet_ray_data() if not progress else None
         try:
             if fmt == "parquet":
                 out.write_parquet(str(out_dir), filename_provider=_names(name, ".parquet"))
@@ -645,6 +656,9 @@ def run_cli_batch(
                                double_precision=15)
         except KeyboardInterrupt:
             summary.interrupted = True
+        finally:
+            if quiet is not None:
+                _restore_ray_data(quiet)
         try:
             state = ray.get(coordinator.state.remote(), timeout=10)
             state["keep"] = ray.get(coordinator.kept.remote(), timeout=10)
@@ -730,6 +744,32 @@ def check_address(address: Optional[str], timeout: float = 5.0) -> None:
 
         raise ConfigError(f"--address {address}: no Ray cluster answers there ({exc.strerror or exc}); "
                           "check the head node's address and port, or leave --address out to start Ray here") from None
+
+
+def _quiet_ray_data() -> tuple:
+    """Ray Data's progress bars (or, off a terminal, its progress log lines) and its INFO logs off for
+    this process; returns what `_restore_ray_data` puts back."""
+    import logging
+
+    from ray.data import DataContext
+
+    ctx = DataContext.get_current()
+    loggers = {name: logging.getLogger(name) for name in ("ray.data", "ray.data._internal.progress")}
+    saved = (ctx.enable_progress_bars, {name: lg.level for name, lg in loggers.items()})
+    ctx.enable_progress_bars = False
+    loggers["ray.data"].setLevel(logging.WARNING)
+    loggers["ray.data._internal.progress"].setLevel(logging.ERROR)  # it would only say "progress bars disabled"
+    return saved
+
+
+def _restore_ray_data(saved: tuple) -> None:
+    import logging
+
+    from ray.data import DataContext
+
+    DataContext.get_current().enable_progress_bars = saved[0]
+    for name, level in saved[1].items():
+        logging.getLogger(name).setLevel(level)
 
 
 def _new_records(out_dir: Path, before: set[str]) -> list[dict]:

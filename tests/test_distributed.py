@@ -395,3 +395,30 @@ def test_cluster_flags_override_the_environment(cluster, tmp_path, monkeypatch):
     assert len(read_shards(out)) == 4
     without_flags = cli.invoke(app, ["assess", str(folder), "--engine", "ray", "--offline", "--out", str(tmp_path / "o2")], env=env)
     assert without_flags.exit_code == EXIT_BAD_INPUT and "AGENTIC_IQA_RAY_ACTORS='zero'" in without_flags.stderr
+
+
+def test_with_trace_and_no_progress_work_with_engine_ray(cluster, tmp_path):
+    """--with-trace keeps each result's trace in its row (as in a local results file); --no-progress
+    turns Ray Data's progress output off (off a terminal Ray logs progress lines instead of bars)."""
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    for i in range(2):
+        write_test_image(folder / f"t{i}.jpg", size=(96, 64), seed=80 + i)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")])}
+    base = [sys.executable, "-c", "from agentic_iqa.cli import main; main()", "assess", str(folder), "--engine", "ray",
+            "--address", cluster, "--offline", "--actors", "1", "--ray-batch-size", "2"]
+
+    def run(out: Path, *extra: str) -> tuple[str, list[dict]]:
+        proc = subprocess.run(base + ["--out", str(out), *extra], env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == EXIT_OK, proc.stderr[-2000:]
+        rows = [json.loads(line) for p in sorted(out.glob("*.json")) for line in p.read_text().splitlines() if line.strip()]
+        assert len(rows) == 2 and all(r["status"] == "ok" for r in rows)
+        return proc.stderr, [json.loads(r["result"]) for r in rows]
+
+    progress_markers = ("Running Dataset", "Total Progress", "Progress bars disabled")
+    stderr, results = run(tmp_path / "traced", "--with-trace")
+    assert any(m in stderr for m in progress_markers[:2]), stderr[-2000:]  # Ray's progress, by default
+    assert all(isinstance(r.get("trace"), list) and r["trace"] for r in results), results[0].keys()
+    stderr, results = run(tmp_path / "quiet", "--no-progress")
+    assert not any(m in stderr for m in progress_markers), stderr[-2000:]
+    assert all("trace" not in r for r in results)

@@ -49,8 +49,8 @@ def assess_command(
     overwrite: bool = flag("--overwrite", help="Start --out afresh even if it holds results."),
     concurrency: int = typer.Option(4, "--concurrency", "-j", min=1, max=64, help="Images assessed at once (LM calls overlap; tool runs take turns)."),
     allow_absolute: bool = flag("--allow-absolute", help="Let manifest paths point outside the manifest's folder (absolute paths, '..', symlinks)."),
-    with_trace: bool = flag("--with-trace", help="Keep each result's full trace in the results file."),
-    no_progress: bool = flag("--no-progress", help="No progress bar (it is shown only on a terminal anyway)."),
+    with_trace: bool = flag("--with-trace", help="Keep each result's full trace in the results file (with --engine ray: in each row's result)."),
+    no_progress: bool = flag("--no-progress", help="No progress bar (it is shown only on a terminal anyway; with --engine ray: no Ray progress bars or progress log lines)."),
     # ── scale-out ──
     engine: str = typer.Option("local", "--engine", help="local | ray: run the batch on a Ray cluster (needs the [ray] extra); --out is then a folder of result shards."),
     address: Optional[str] = typer.Option(None, "--address", help="With --engine ray: the cluster to join (auto, ray://host:10001); default: start Ray on this machine."),
@@ -98,7 +98,7 @@ def assess_command(
             fail("--gpus-per-worker must be a number of at least 0 (got nan)")
         _ray_batch(images, manifest, out, query, reference, lm, api_base, config, offline, mode, program, no_cache,
                    resize_reference, as_json, recursive, resume, retry_failed, overwrite, concurrency, allow_absolute,
-                   address, fmt, tool_options, cluster)
+                   address, fmt, tool_options, cluster, with_trace, no_progress or as_json)
         return
     ray_only = [name for name, given in (("--address", address is not None), ("--format", fmt != "jsonl"),
                                          ("--actors", actors is not None), ("--ray-batch-size", ray_batch_size is not None),
@@ -363,7 +363,7 @@ def _items(images, manifest, query, reference, mode, recursive, allow_absolute):
 
 def _ray_batch(images, manifest, out, query, reference, lm, api_base, config, offline, mode, program, no_cache,
                resize_reference, as_json, recursive, resume, retry_failed, overwrite, concurrency, allow_absolute,
-               address, fmt, tool_options=(None, None), cluster=None) -> None:
+               address, fmt, tool_options=(None, None), cluster=None, with_trace=False, quiet=False) -> None:
     """`--engine ray`: the batch on Ray Data (agentic_iqa.distributed), shards in the folder --out.
     `cluster`: the cluster-size flags (a None value: from $AGENTIC_IQA_RAY_*)."""
     cluster = cluster or {}
@@ -381,7 +381,8 @@ def _ray_batch(images, manifest, out, query, reference, lm, api_base, config, of
                                 resize_reference=resize_reference, manifest_problems=problems, notes=notes,
                                 actors=cluster.get("actors"), batch_size=cluster.get("batch_size"),
                                 num_gpus_per_worker=cluster.get("gpus_per_worker"),
-                                lm_max_in_flight=cluster.get("lm_max_in_flight"))
+                                lm_max_in_flight=cluster.get("lm_max_in_flight"), with_trace=with_trace,
+                                progress=not quiet)
     except typer.Exit:
         raise
     except (BatchError, ConfigError, ImageError, ValueError) as exc:
