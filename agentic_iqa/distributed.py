@@ -10,10 +10,11 @@ How it runs:
 
 * **Workers** (`_AssessWorker`): `map_batches` with a callable class, so each actor of the pool builds
   one `Assessor` (tool registry with its metric instances, LM clients, graph) once and reuses it for
-  every batch. Inside a batch, items go through `assess_many` — the local batch runner — so model
-  calls overlap on `threads_per_worker` threads while tool runs take turns, exactly as on one
-  machine. Each input row gets one output row: the item rules are the local ones (a missing,
-  corrupt or refused item is a `failed` row with the reason).
+  every batch. Inside a batch, items go through the local batch runner (`BatchRunner`, as in
+  `assess_many`), so model calls overlap on `threads_per_worker` threads while tool runs take turns,
+  exactly as on one machine. Each input row gets one output row: the item rules are the local ones (a
+  missing, corrupt or refused item is a `failed` row with the reason). Workers also compute the resume
+  keys (content hashes): a row whose key is among its `done_keys` is `already_done`, not assessed.
 * **Coordinator** (`Coordinator`, one small async actor per run): the cluster-wide cap on LM
   requests in flight (a lease semaphore; leases expire, so a killed worker cannot leak slots), the
   cluster-wide back-off after a 429 (every worker's next request waits), the circuit breaker (an LM
@@ -24,7 +25,11 @@ How it runs:
   item is lost or duplicated.
 
 The CLI side (`run_cli_batch`: `agentic-iqa assess … --engine ray --out DIR`) writes JSONL or
-Parquet shards through Ray's datasinks and resumes with the local batch's keys. Nothing here is
+Parquet shards through Ray's datasinks and resumes with the local batch's keys. Its driver reads no
+image: it lists the items, computes their identities (path, query, mode, configuration) and gives each
+row the keys of that identity's earlier `ok` rows (`done_keys`); the worker that hashes the file skips
+it when its key is among them. Per row, not a cluster-wide done-set: no actor holds millions of keys,
+and the driver only holds what `--resume` already read from the shards. Nothing here is
 imported unless `--engine ray` is asked for.
 """
 from __future__ import annotations
@@ -43,8 +48,12 @@ RESULT_COLUMNS = (
     "error_type", "key", "identity", "image_sha256", "config", "seconds", "result",
 )
 #: Columns of the input rows the workers read (others pass through untouched).
-ITEM_COLUMNS = ("image", "query", "reference", "mode", "id", "problem")
+ITEM_COLUMNS = ("image", "query", "reference", "mode", "id", "problem", "done_keys")
 NOT_ATTEMPTED = "not_attempted"
+#: Status of a row whose content key is among its `done_keys` (resume): dropped before writing.
+ALREADY_DONE = "already_done"
+#: Optional input column: the keys of the item's earlier `ok` results (the CLI's resume fills it).
+DONE_KEYS = "done_keys"
 
 
 def _ray():
@@ -84,7 +93,8 @@ class Coordinator:
         self.paused_until = 0.0
         self.pauses = 0
         self.stopped: Optional[str] = None
-        self.counts = {"ok": 0, "failed": 0, NOT_ATTEMPTED: 0, "batches": 0}
+        self.counts = {"ok": 0, "failed": 0, NOT_ATTEMPTED: 0, ALREADY_DONE: 0, "batches": 0}
+        self.keep: dict[str, str] = {}  # identity → current key, for identities left with two rows
         self.workers: dict[str, Any] = {}
 
     async def acquire(self) -> int:
@@ -114,9 +124,13 @@ class Coordinator:
         if self.stopped is None:
             self.stopped = reason
 
-    async def report(self, counts: dict) -> None:
+    async def report(self, counts: dict, keep: Optional[dict] = None) -> None:
         for k, v in counts.items():
             self.counts[k] = self.counts.get(k, 0) + v
+        self.keep.update(keep or {})
+
+    async def kept(self) -> dict:
+        return dict(self.keep)
 
     async def register(self, name: str, handle: Any) -> None:
         self.workers[name] = handle
@@ -193,7 +207,8 @@ class _AssessWorker:
     """The callable class `map_batches` runs on each actor: one Assessor per actor, reused."""
 
     def __init__(self, settings: Any, coordinator: Any, *, threads: int, use_cache: bool, resize_reference: bool,
-                 query: Optional[str], mode: str, reference_column: Optional[str], image_column: str):
+                 query: Optional[str], mode: str, reference_column: Optional[str], image_column: str,
+                 with_trace: bool = False):
         from agentic_iqa.api import Assessor
 
         ray = _ray()
@@ -202,6 +217,7 @@ class _AssessWorker:
         self.threads = threads
         self.use_cache = use_cache
         self.resize_reference = resize_reference
+        self.with_trace = with_trace
         self.query, self.mode = query, mode
         self.reference_column, self.image_column = reference_column, image_column
         self.fingerprint = _batch().config_fingerprint(settings)
@@ -237,39 +253,50 @@ class _AssessWorker:
     def __call__(self, batch):
         import pyarrow as pa
 
-        from agentic_iqa.config import LMSetupError
-
+        b = _batch()
         rows = batch.to_pylist()
-        items = [self._item(r) for r in rows]
         results: dict[int, dict] = {}
+        todo, skipped, keep = [], 0, {}
+        for i, row in enumerate(rows):
+            # The content key is computed here, on the worker, not by the driver: hashing is file I/O
+            # that scales with the cluster. `done_keys` (resume) are the keys of this item's earlier ok rows.
+            prep = b.prepare_item(i, self._item(row), self.settings, self.fingerprint)
+            done = row.get(DONE_KEYS) or ()
+            if b.is_done(prep, done):
+                results[i] = _already_done(prep)
+                skipped += 1
+                if len(done) > 1:  # an interrupted replacement left two rows: the driver keeps this one
+                    keep[prep.identity] = prep.key
+            else:
+                todo.append(prep)
+        runner = b.BatchRunner(self.assessor, concurrency=self.threads, use_cache=self.use_cache,
+                               resize_reference=self.resize_reference)
 
         def feed() -> Iterator:
-            for item in items:
+            for prep in todo:
                 if self._cluster_stopped():
                     return  # the rest become not_attempted rows
-                yield item
+                yield prep
 
-        try:
-            for res in _batch().assess_many(feed(), assessor=self.assessor, concurrency=self.threads,
-                                            use_cache=self.use_cache, resize_reference=self.resize_reference):
-                results[res.index] = _columns(res.record(fingerprint=self.fingerprint))
-                if res.error_type == "lm_setup" and self._stopped is None:
-                    self._stopped = res.error
-                    _ray().get(self.coordinator.stop.remote(res.error))
-        except LMSetupError as exc:
-            self._stopped = self._stopped or str(exc)
-            _ray().get(self.coordinator.stop.remote(str(exc)))
-        out = []
-        for i, row in enumerate(rows):
-            out.append(results.get(i) or _not_attempted(self._stopped or "the run stopped before this item"))
+        for res in runner.run(feed()):
+            results[res.index] = _columns(res.record(with_trace=self.with_trace, fingerprint=self.fingerprint))
+            if res.error_type == "lm_setup" and self._stopped is None:
+                self._stopped = res.error
+                _ray().get(self.coordinator.stop.remote(res.error))
+        if runner.stopped and self._stopped is None:  # the circuit breaker: the LM server is down
+            self._stopped = runner.stopped
+            _ray().get(self.coordinator.stop.remote(runner.stopped))
+        out = [results.get(i) or _not_attempted(self._stopped or "the run stopped before this item") for i in range(len(rows))]
         counts = {"batches": 1}
         for rec in out:
             counts[rec["status"]] = counts.get(rec["status"], 0) + 1
-        self.coordinator.report.remote(counts)
+        # Waited for, so that the driver's read of the counts after the run sees every batch.
+        _ray().get(self.coordinator.report.remote(counts, keep))
         table, types = batch, _types()
-        for name in RESULT_COLUMNS:
+        for name in (*RESULT_COLUMNS, DONE_KEYS):
             if name in table.column_names:
                 table = table.drop_columns([name])
+        for name in RESULT_COLUMNS:
             table = table.append_column(name, pa.array([rec[name] for rec in out], type=types[name]))
         return table
 
@@ -314,6 +341,14 @@ def _columns(rec: dict) -> dict:
     }
 
 
+def _already_done(prep: Any) -> dict:
+    """The row of an item settled by an earlier run (resume): not written again, only counted."""
+    rec = {name: None for name in RESULT_COLUMNS}
+    rec.update(status=ALREADY_DONE, key=prep.key, identity=prep.identity, image_sha256=prep.image_sha256,
+               degraded=False, seconds=0.0)
+    return rec
+
+
 def _not_attempted(reason: str) -> dict:
     rec = {name: None for name in RESULT_COLUMNS}
     rec.update(status=NOT_ATTEMPTED, error=reason, error_type="lm_setup", degraded=False, seconds=0.0)
@@ -342,6 +377,7 @@ def assess_dataset(
     image_column: str = "image",
     use_cache: bool = True,
     resize_reference: bool = False,
+    with_trace: bool = False,
     coordinator: Any = None,
 ) -> Any:
     """Add the assessment columns to every row of `ds` (lazily: a `ray.data.Dataset`).
@@ -357,7 +393,10 @@ def assess_dataset(
     fractional GPUs per actor (0.25: four actors share a GPU; tools then run on "cuda").
     threads_per_worker: assessments at once inside an actor (LM calls overlap). lm_max_in_flight:
     the cap on LM requests in flight across all actors (None: no cap). `lm`/`offline`/`config` or a
-    ready `settings` choose the configuration, as for `assess()`.
+    ready `settings` choose the configuration, as for `assess()`. with_trace: keep each result's
+    trace in its `result` column (as a local batch's results file does with `with_trace`). A
+    `done_keys` column (list of keys) marks rows settled by earlier results: a row whose content key
+    is among them comes back with status "already_done" and is not assessed.
     """
     if settings is None:
         from agentic_iqa.config import load_settings
@@ -389,7 +428,7 @@ def assess_dataset(
         fn_constructor_kwargs=dict(
             settings=settings, coordinator=coordinator, threads=threads_per_worker, use_cache=use_cache,
             resize_reference=resize_reference, query=query, mode=mode, reference_column=reference_column,
-            image_column=image_column,
+            image_column=image_column, with_trace=with_trace,
         ),
         # Ray Data's actor pools run with max_restarts=-1 and max_task_retries=-1: a killed actor is
         # restarted and its unfinished batch re-run (rows are emitted per batch, so never twice).
@@ -425,6 +464,7 @@ def item_rows(prepared: Iterable[Any]) -> list[dict]:
         rows.append({
             "image": _abs(it.image), "query": it.query, "reference": _abs(it.reference), "mode": it.mode,
             "id": it.id, "problem": it.problem, "meta": json.dumps(dict(it.meta)) if it.meta else None,
+            DONE_KEYS: list(prep.done_keys) or None,
         })
     return rows
 
@@ -496,31 +536,30 @@ def _read_parquet_shard(path: Path, repair: bool, notes: Optional[list]) -> list
     return table.to_pylist()
 
 
-def _drop_rows(out_dir: Path, identities: set[str]) -> int:
-    """Remove rows of these identities from the shards (a result for an older version of a file, or
-    a failure being retried): each shard is rewritten beside itself and then replaces it."""
+def _drop_rows(out_dir: Path, drop: Any, shards: Optional[Iterable[Path]] = None) -> int:
+    """Remove rows from the shards (a result for an older version of a file, or a failure being
+    retried): `drop` is a set of identities, or a function (identity, key) -> bool. Each shard is
+    rewritten beside itself and then replaces it. Returns the rows removed."""
     import pyarrow as pa
-    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
+    gone = (lambda identity, key: identity in drop) if isinstance(drop, (set, frozenset)) else drop
     dropped = 0
-    for path in shard_files(out_dir):
+    for path in shard_files(out_dir) if shards is None else shards:
         tmp = path.with_name(f".{path.name}.tmp")
         if path.suffix == ".parquet":
             table = pq.read_table(path)
-            keep = pc.invert(pc.is_in(table["identity"], value_set=pa.array(sorted(identities), pa.string())))
-            kept = table.filter(keep)
-            if kept.num_rows == table.num_rows:
+            mask = [not gone(i, k) for i, k in zip(table["identity"].to_pylist(), table["key"].to_pylist())]
+            if all(mask):
                 continue
-            dropped += table.num_rows - kept.num_rows
-            pq.write_table(kept, tmp)
+            dropped += mask.count(False)
+            pq.write_table(table.filter(pa.array(mask, pa.bool_())), tmp)
         else:
-            lines = path.read_bytes().split(b"\n")
-            kept_lines = [ln for ln in lines if ln.strip() and json.loads(ln).get("identity") not in identities]
-            n = sum(1 for ln in lines if ln.strip())
-            if len(kept_lines) == n:
+            lines = [ln for ln in path.read_bytes().split(b"\n") if ln.strip()]
+            kept_lines = [ln for ln in lines if not gone((rec := json.loads(ln)).get("identity"), rec.get("key"))]
+            if len(kept_lines) == len(lines):
                 continue
-            dropped += n - len(kept_lines)
+            dropped += len(lines) - len(kept_lines)
             tmp.write_bytes(b"".join(ln + b"\n" for ln in kept_lines))
         os.replace(tmp, path)
     return dropped
@@ -543,13 +582,20 @@ def run_cli_batch(
     lm_max_in_flight: Optional[int] = None,
     use_cache: bool = True,
     resize_reference: bool = False,
+    with_trace: bool = False,
+    progress: bool = True,
     manifest_problems: Iterable[str] = (),
     notes: Iterable[str] = (),
 ) -> Any:
     """`agentic-iqa assess … --engine ray --out DIR`: the local batch's summary (BatchSummary) for a
-    run whose rows went to shards in `out_dir` through Ray's datasinks."""
+    run whose rows went to shards in `out_dir` through Ray's datasinks. with_trace: traces kept in
+    the rows' `result` (as in a local results file). progress=False: no Ray progress bars or
+    progress logs (`--no-progress`, `--json`)."""
     b = _batch()
-    knobs = cluster_knobs()
+    # Flags win over the environment; a variable a flag overrides is not even checked.
+    knobs = cluster_knobs(skip={k for k, v in (("actors", actors), ("batch_size", batch_size),
+                                               ("gpus_per_worker", num_gpus_per_worker),
+                                               ("lm_max_in_flight", lm_max_in_flight)) if v is not None})
     actors = actors if actors is not None else knobs["actors"]
     batch_size = batch_size if batch_size is not None else knobs["batch_size"] or 16
     num_gpus_per_worker = num_gpus_per_worker if num_gpus_per_worker is not None else knobs["gpus_per_worker"] or 0.0
@@ -577,27 +623,15 @@ def run_cli_batch(
     elif other:
         raise b.BatchError(f"{out_dir} holds {other[0]} shards; resume it with the same --format")
     records = read_shards(out_dir, repair=True, notes=summary.notes)
-    import concurrent.futures as cf
-
-    with cf.ThreadPoolExecutor(max_workers=8) as pool:  # hash files in parallel: keys need contents
-        prepared = list(pool.map(lambda ix: b.prepare_item(ix[0], ix[1], settings, fingerprint), enumerate(items)))
-    seen: set[str] = set()
-    unique = []
-    for prep in prepared:
-        if prep.identity in seen:
-            summary.duplicates += 1
-            continue
-        seen.add(prep.identity)
-        unique.append(prep)
-    if summary.duplicates:
-        summary.notes.append(f"{summary.duplicates} item(s) appear more than once in the input; each is assessed once")
-    to_run, replace, counts = b.plan_resume(unique, b.ResumeState(records=records), retry_failed=retry_failed)
-    summary.already_done, summary.failed_before = counts["already_done"], counts["failed_before"]
-    if summary.failed_before:
-        summary.notes.append(f"{summary.failed_before} item(s) failed in an earlier run and were not retried (pass --retry-failed)")
-    if replace:
+    # The driver only lists and identifies items (no file is read here: that would not scale to
+    # millions); each worker hashes its items and skips those whose key an earlier ok row holds.
+    to_run, replace = b.plan_batch(items, settings=settings, fingerprint=fingerprint, hash_contents=False,
+                                   state=b.ResumeState(records=records), summary=summary, retry_failed=retry_failed)
+    if replace:  # failures being retried (by identity: no content needed)
         summary.replaced_lines = _drop_rows(out_dir, replace)
     before = {p.name for p in shard_files(out_dir)}
+    had_rows = {r.get("identity") for r in records} - replace
+    state: dict = {"stopped": None, "counts": {}}
     if to_run:
         ray = _ray()
         if not ray.is_initialized():
@@ -608,9 +642,12 @@ def run_cli_batch(
         ds = ray.data.from_items(item_rows(to_run), override_num_blocks=max(1, math.ceil(len(to_run) / batch_size)))
         out = assess_dataset(ds, settings=settings, concurrency=n_actors, threads_per_worker=concurrency,
                              batch_size=batch_size, num_gpus_per_worker=num_gpus_per_worker, use_cache=use_cache,
-                             resize_reference=resize_reference, coordinator=coordinator)
-        out = out.filter(lambda row: row["status"] != NOT_ATTEMPTED)
+                             resize_reference=resize_reference, with_trace=with_trace, coordinator=coordinator)
+        from ray.data.expressions import col
+
+        out = out.filter(expr=(col("status") != NOT_ATTEMPTED) & (col("status") != ALREADY_DONE))
         name = time.strftime('%Y%m%dT%H%M%S')
+        quiet = _quiet_ray_data() if not progress else None
         try:
             if fmt == "parquet":
                 out.write_parquet(str(out_dir), filename_provider=_names(name, ".parquet"))
@@ -619,14 +656,29 @@ def run_cli_batch(
                                double_precision=15)
         except KeyboardInterrupt:
             summary.interrupted = True
+        finally:
+            if quiet is not None:
+                _restore_ray_data(quiet)
         try:
             state = ray.get(coordinator.state.remote(), timeout=10)
+            state["keep"] = ray.get(coordinator.kept.remote(), timeout=10)
         except Exception:  # noqa: BLE001 - the summary still comes from the shards
             state = {"stopped": None, "counts": {}}
         if state["stopped"]:
             summary.stopped = state["stopped"]
             summary.not_attempted = state["counts"].get(NOT_ATTEMPTED, 0)
-    for rec in _new_records(out_dir, before):
+        summary.already_done += state["counts"].get(ALREADY_DONE, 0)
+    new = _new_records(out_dir, before)
+    # Items that ran again (their file changed since its ok row): now that the new row is written,
+    # the old one goes (in this order, an interruption leaves two rows, never none; the next resume
+    # keeps the one whose key matches the file: `keep`). Done after an interrupt too.
+    rerun = {rec.get("identity") for rec in new} & had_rows
+    keep = state.get("keep") or {}
+    if rerun or keep:
+        old = [out_dir / name for name in sorted(before) if (out_dir / name).exists()]
+        summary.replaced_lines += _drop_rows(
+            out_dir, lambda identity, key: identity in rerun or (identity in keep and key != keep[identity]), old)
+    for rec in new:
         summary.ran += 1
         if rec["status"] == "ok":
             summary.ok += 1
@@ -641,7 +693,7 @@ def run_cli_batch(
     return summary
 
 
-#: The cluster settings of `--engine ray` runs, from the environment (the CLI's flags are the local batch's).
+#: The cluster settings of `--engine ray` runs from the environment (`assess --actors` etc. override them).
 KNOBS = {
     "actors": ("AGENTIC_IQA_RAY_ACTORS", int, 1),
     "batch_size": ("AGENTIC_IQA_RAY_BATCH_SIZE", int, 1),
@@ -650,14 +702,15 @@ KNOBS = {
 }
 
 
-def cluster_knobs(env: Optional[dict] = None) -> dict:
-    """{knob: value or None} from AGENTIC_IQA_RAY_* variables; a bad value is a one-line ConfigError."""
+def cluster_knobs(env: Optional[dict] = None, skip: Iterable[str] = ()) -> dict:
+    """{knob: value or None} from AGENTIC_IQA_RAY_* variables (the knobs in `skip` are None, unread);
+    a bad value is a one-line ConfigError."""
     from agentic_iqa.config import ConfigError
 
     env = os.environ if env is None else env
     out: dict[str, Any] = {}
     for knob, (var, kind, least) in KNOBS.items():
-        raw = env.get(var, "").strip()
+        raw = "" if knob in skip else env.get(var, "").strip()
         if not raw:
             out[knob] = None
             continue
@@ -691,6 +744,32 @@ def check_address(address: Optional[str], timeout: float = 5.0) -> None:
 
         raise ConfigError(f"--address {address}: no Ray cluster answers there ({exc.strerror or exc}); "
                           "check the head node's address and port, or leave --address out to start Ray here") from None
+
+
+def _quiet_ray_data() -> tuple:
+    """Ray Data's progress bars (or, off a terminal, its progress log lines) and its INFO logs off for
+    this process; returns what `_restore_ray_data` puts back."""
+    import logging
+
+    from ray.data import DataContext
+
+    ctx = DataContext.get_current()
+    loggers = {name: logging.getLogger(name) for name in ("ray.data", "ray.data._internal.progress")}
+    saved = (ctx.enable_progress_bars, {name: lg.level for name, lg in loggers.items()})
+    ctx.enable_progress_bars = False
+    loggers["ray.data"].setLevel(logging.WARNING)
+    loggers["ray.data._internal.progress"].setLevel(logging.ERROR)  # it would only say "progress bars disabled"
+    return saved
+
+
+def _restore_ray_data(saved: tuple) -> None:
+    import logging
+
+    from ray.data import DataContext
+
+    DataContext.get_current().enable_progress_bars = saved[0]
+    for name, level in saved[1].items():
+        logging.getLogger(name).setLevel(level)
 
 
 def _new_records(out_dir: Path, before: set[str]) -> list[dict]:

@@ -289,3 +289,136 @@ def test_a_bad_cluster_address_fails_in_seconds_with_one_line(images, tmp_path):
         assert proc.returncode == EXIT_BAD_INPUT, proc.stderr[-2000:]
         assert message in proc.stderr and "Traceback" not in proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_resume_keys_are_computed_on_the_workers(cluster, tmp_path, monkeypatch):
+    """The driver reads no image (it only lists and identifies items: the workers hash them), and a
+    resume still skips what is done, re-assesses a file whose content changed (its old row replaced),
+    and heals two rows left for one item by an interrupted replacement."""
+    import agentic_iqa.batch.items as items_module
+
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    paths = [write_test_image(folder / f"r{i}.jpg", size=(96, 64), seed=50 + i, quality=40) for i in range(4)]
+    out = tmp_path / "shards"
+
+    def no_reading(path):
+        raise AssertionError(f"the driver read {path}")
+
+    monkeypatch.setattr(items_module, "_sha256_file", no_reading)  # the workers are other processes
+    args = ["assess", str(folder), "--engine", "ray", "--offline", "--no-cache", "--out", str(out), "--json"]
+    env = {"AGENTIC_IQA_RAY_BATCH_SIZE": "2", "AGENTIC_IQA_RAY_ACTORS": "1"}
+    first = cli.invoke(app, args, env=env)
+    assert first.exit_code == EXIT_OK, first.output
+    before = {r["image"]: r for r in read_shards(out)}
+    assert len(before) == 4 and json.loads(first.stdout)["ran"] == 4
+
+    write_test_image(paths[1], size=(96, 64), seed=99, quality=20)  # new content, same name
+    second = cli.invoke(app, args + ["--resume"], env=env)
+    assert second.exit_code == EXIT_OK, second.output
+    summary = json.loads(second.stdout)
+    assert (summary["ran"], summary["already_done"], summary["replaced_lines"]) == (1, 3, 1)
+    rows = read_shards(out)
+    assert Counter(r["image"] for r in rows) == Counter(str(p) for p in paths)
+    changed = next(r for r in rows if r["image"] == str(paths[1]))
+    assert changed["key"] != before[str(paths[1])]["key"]
+
+    # An interruption between writing a new row and dropping the old one leaves both: the next
+    # resume keeps the row whose key matches the file, and assesses nothing.
+    stale = tmp_path / "stale.json"
+    stale.write_text(json.dumps({**before[str(paths[1])], "status": "ok"}) + "\n")
+    stale.rename(out / "00000000T000000-stale-000000.json")
+    assert len(read_shards(out)) == 5
+    third = cli.invoke(app, args + ["--resume"], env=env)
+    assert third.exit_code == EXIT_OK, third.output
+    summary = json.loads(third.stdout)
+    assert (summary["ran"], summary["already_done"], summary["replaced_lines"]) == (0, 4, 1)
+    rows = read_shards(out)
+    assert len(rows) == 4 and next(r for r in rows if r["image"] == str(paths[1]))["key"] == changed["key"]
+
+
+RAY_FLAGS = (["--actors", "2"], ["--ray-batch-size", "4"], ["--gpus-per-worker", "0.5"], ["--lm-max-in-flight", "8"])
+
+
+@pytest.mark.parametrize("extra", RAY_FLAGS, ids=lambda e: e[0])
+def test_cluster_flags_need_engine_ray(images, tmp_path, extra):
+    result = cli.invoke(app, ["assess", images[0], images[1], "--offline", "--out", str(tmp_path / "r.jsonl"), *extra])
+    assert result.exit_code == EXIT_BAD_INPUT
+    assert f"{extra[0]}: only with --engine ray" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "r.jsonl").exists()
+
+
+def test_cluster_flags_are_checked_and_documented(images, tmp_path):
+    base = ["assess", images[0], images[1], "--engine", "ray", "--offline", "--out", str(tmp_path / "o")]
+    for extra in (["--actors", "0"], ["--ray-batch-size", "0"], ["--gpus-per-worker", "-1"], ["--lm-max-in-flight", "0"],
+                  ["--gpus-per-worker", "nan"]):
+        result = cli.invoke(app, base + extra)
+        assert result.exit_code == EXIT_BAD_INPUT and extra[0] in result.output, (extra, result.output)
+    assert not (tmp_path / "o").exists()
+    help_text = cli.invoke(app, ["assess", "--help"], env={"COLUMNS": "300"}).output
+    for flag, words in (("--actors", "worker actors"), ("--ray-batch-size", "items per batch"),
+                        ("--gpus-per-worker", "GPU share per actor"), ("--lm-max-in-flight", "across the whole cluster")):
+        assert flag in help_text and words in help_text, flag
+
+
+def test_cluster_flags_override_the_environment(cluster, tmp_path, monkeypatch):
+    """Each flag reaches the run (spied on, the real calls made) and wins over its variable, which is
+    then not even read (these values would be refused)."""
+    import agentic_iqa.distributed as distributed
+
+    seen: dict = {}
+    real_assess, real_coordinator = distributed.assess_dataset, distributed.make_coordinator
+
+    def assess_spy(ds, **kw):
+        seen.update(kw)
+        return real_assess(ds, **kw)
+
+    def coordinator_spy(cap=None, *a):
+        seen["cap"] = cap
+        return real_coordinator(cap, *a)
+
+    monkeypatch.setattr(distributed, "assess_dataset", assess_spy)
+    monkeypatch.setattr(distributed, "make_coordinator", coordinator_spy)
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    for i in range(4):
+        write_test_image(folder / f"f{i}.jpg", size=(96, 64), seed=70 + i)
+    env = {"AGENTIC_IQA_RAY_ACTORS": "zero", "AGENTIC_IQA_RAY_BATCH_SIZE": "-1",
+           "AGENTIC_IQA_RAY_GPUS_PER_WORKER": "x", "AGENTIC_IQA_RAY_LM_MAX_IN_FLIGHT": "0"}
+    out = tmp_path / "out"
+    result = cli.invoke(app, ["assess", str(folder), "--engine", "ray", "--offline", "--no-cache", "--out", str(out),
+                              "--json", "--actors", "2", "--ray-batch-size", "2", "--gpus-per-worker", "0",
+                              "--lm-max-in-flight", "3"], env=env)
+    assert result.exit_code == EXIT_OK, result.output
+    assert (seen["concurrency"], seen["batch_size"], seen["num_gpus_per_worker"], seen["cap"]) == (2, 2, 0.0, 3)
+    assert len(list(out.glob("*.json"))) == 2  # a shard per batch of 2
+    assert len(read_shards(out)) == 4
+    without_flags = cli.invoke(app, ["assess", str(folder), "--engine", "ray", "--offline", "--out", str(tmp_path / "o2")], env=env)
+    assert without_flags.exit_code == EXIT_BAD_INPUT and "AGENTIC_IQA_RAY_ACTORS='zero'" in without_flags.stderr
+
+
+def test_with_trace_and_no_progress_work_with_engine_ray(cluster, tmp_path):
+    """--with-trace keeps each result's trace in its row (as in a local results file); --no-progress
+    turns Ray Data's progress output off (off a terminal Ray logs progress lines instead of bars)."""
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    for i in range(2):
+        write_test_image(folder / f"t{i}.jpg", size=(96, 64), seed=80 + i)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")])}
+    base = [sys.executable, "-c", "from agentic_iqa.cli import main; main()", "assess", str(folder), "--engine", "ray",
+            "--address", cluster, "--offline", "--actors", "1", "--ray-batch-size", "2"]
+
+    def run(out: Path, *extra: str) -> tuple[str, list[dict]]:
+        proc = subprocess.run(base + ["--out", str(out), *extra], env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == EXIT_OK, proc.stderr[-2000:]
+        rows = [json.loads(line) for p in sorted(out.glob("*.json")) for line in p.read_text().splitlines() if line.strip()]
+        assert len(rows) == 2 and all(r["status"] == "ok" for r in rows)
+        return proc.stderr, [json.loads(r["result"]) for r in rows]
+
+    progress_markers = ("Running Dataset", "Total Progress", "Progress bars disabled")
+    stderr, results = run(tmp_path / "traced", "--with-trace")
+    assert any(m in stderr for m in progress_markers[:2]), stderr[-2000:]  # Ray's progress, by default
+    assert all(isinstance(r.get("trace"), list) and r["trace"] for r in results), results[0].keys()
+    stderr, results = run(tmp_path / "quiet", "--no-progress")
+    assert not any(m in stderr for m in progress_markers), stderr[-2000:]
+    assert all("trace" not in r for r in results)

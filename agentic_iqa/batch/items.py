@@ -227,7 +227,9 @@ def _digest(*parts: Any) -> str:
 @dataclass
 class PreparedItem:
     """An item with its resume keys. `identity` ignores file contents (it names the item); `key`
-    includes them (it names the result)."""
+    includes them (it names the result). An item only identified (`identify_item`: no file read) has
+    `hashed` False and no key yet; `done_keys` then carries the keys of its earlier `ok` results, for
+    whoever hashes it later (a Ray worker) to decide whether it is done."""
 
     index: int
     item: BatchItem
@@ -236,19 +238,36 @@ class PreparedItem:
     reference_sha256: Optional[str]
     identity: str
     key: str
+    hashed: bool = True
+    done_keys: tuple[str, ...] = ()
 
 
-def prepare_item(index: int, item: BatchItem, settings: Settings, fingerprint: str) -> PreparedItem:
-    """Hash the item's files (cheap next to an assessment) and derive its keys. Never raises for a bad
-    file: an unreadable one hashes to None and the assessment reports why."""
+def identify_item(index: int, item: BatchItem, settings: Settings, fingerprint: str) -> PreparedItem:
+    """The item's identity without reading its files (a path, query, mode and configuration digest):
+    what a driver listing millions of files can afford. `prepare_item` adds the content key."""
     from agentic_iqa.api import prepare_query
 
     query, _ = prepare_query(item.query, settings.pipeline.max_query_chars)
     image = _abs(item.image)
     reference = _abs(item.reference) if item.reference else None
+    identity = _digest(RESULTS_FORMAT, image, reference, query, item.mode, item.id, fingerprint)
+    return PreparedItem(index, item, query, None, None, identity, "", hashed=False)
+
+
+def prepare_item(index: int, item: BatchItem, settings: Settings, fingerprint: str) -> PreparedItem:
+    """Hash the item's files (cheap next to an assessment) and derive its keys. Never raises for a bad
+    file: an unreadable one hashes to None and the assessment reports why."""
+    prep = identify_item(index, item, settings, fingerprint)
+    image = _abs(item.image)
+    reference = _abs(item.reference) if item.reference else None
     image_sha = None if item.problem else _sha256_file(Path(image))
     ref_sha = None if (item.problem or reference is None) else _sha256_file(Path(reference))
-    identity = _digest(RESULTS_FORMAT, image, reference, query, item.mode, item.id, fingerprint)
-    return PreparedItem(index, item, query, image_sha, ref_sha, identity, _digest(identity, image_sha, ref_sha))
+    return PreparedItem(index, item, prep.query, image_sha, ref_sha, prep.identity, _digest(prep.identity, image_sha, ref_sha))
 
 
+def is_done(prep: PreparedItem, done_keys: Iterable[str]) -> bool:
+    """Whether a hashed item is settled by earlier `ok` results of its identity (their keys): its key is
+    among them, or its file cannot be read now (moved, deleted) but was assessed before — that result
+    is kept rather than replaced by a failure."""
+    done = set(done_keys)
+    return bool(done) and (prep.key in done or prep.image_sha256 is None)

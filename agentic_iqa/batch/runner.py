@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Optional
 
 from agentic_iqa.config import LMSetupError, Settings
-from agentic_iqa.batch.items import BatchError, BatchItem, PreparedItem, as_item, config_fingerprint, prepare_item
+from agentic_iqa.batch.items import (BatchError, BatchItem, PreparedItem, as_item, config_fingerprint, identify_item,
+                                    is_done, prepare_item)
 from agentic_iqa.batch.results import ItemResult, ResultsFile, ResumeState
 
 
@@ -313,27 +314,73 @@ def plan_resume(
     `ok` line has its key. A `failed` line settles the item by identity (its file may be unreadable,
     so content cannot key it) unless `retry_failed`. An `ok` line with the item's identity but
     another key is a result for an older version of the file (or reference): the item runs again and
-    the old line is replaced, so each item keeps exactly one line."""
-    ok_keys = {r["key"] for r in state.records if r.get("status") == "ok"}
-    ok_identities = {r.get("identity") for r in state.records if r.get("status") == "ok"}
+    the old line is replaced, so each item keeps exactly one line.
+
+    Items only identified (not hashed: `identify_item`) are decided by identity here; the ones with
+    earlier `ok` lines run with those lines' keys in `done_keys`, and whoever hashes them skips the
+    done ones (`is_done`) and replaces the stale lines of the rest after writing their new ones."""
+    ok_keys: dict[str, list[str]] = {}
+    for r in state.records:
+        if r.get("status") == "ok":
+            ok_keys.setdefault(r.get("identity"), []).append(r["key"])
     failed_identities = {r.get("identity") for r in state.records if r.get("status") == "failed"}
     to_run: list[PreparedItem] = []
     replace: set[str] = set()
     counts = {"already_done": 0, "failed_before": 0}
     for prep in prepared:
-        if prep.key in ok_keys:
+        done = ok_keys.get(prep.identity, ())
+        if prep.hashed and is_done(prep, done):
             counts["already_done"] += 1
-        elif prep.image_sha256 is None and prep.identity in ok_identities:
-            # The file cannot be read now (moved, deleted) but was assessed before: keep that result
-            # rather than replace it with a failure.
-            counts["already_done"] += 1
-        elif prep.identity in failed_identities and prep.identity not in ok_identities and not retry_failed:
+        elif prep.identity in failed_identities and not done and not retry_failed:
             counts["failed_before"] += 1
         else:
-            if prep.identity in failed_identities or prep.identity in ok_identities:
+            if prep.identity in failed_identities or (done and prep.hashed):
                 replace.add(prep.identity)
+            if not prep.hashed:
+                prep.done_keys = tuple(done)
             to_run.append(prep)
     return to_run, replace, counts
+
+
+def plan_batch(
+    items: list[BatchItem],
+    *,
+    settings: Settings,
+    fingerprint: str,
+    state: ResumeState,
+    summary: BatchSummary,
+    retry_failed: bool,
+    workers: int = 8,
+    hash_contents: bool = True,
+) -> tuple[list[PreparedItem], set[str]]:
+    """Items → (items to run, identities whose earlier results must go), shared by every engine: key
+    each item (files hashed in parallel: resume needs every key before deciding what to run), keep the
+    first of items that appear twice, and split by `plan_resume`. `summary` gets the duplicates,
+    already_done and failed_before counts and their notes.
+
+    hash_contents=False (the Ray driver): no file is read here, items are only identified; the
+    content keys are computed where the items run (see `plan_resume`), and `already_done` is counted
+    there."""
+    if hash_contents:
+        with cf.ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+            prepared = list(pool.map(lambda ix: prepare_item(ix[0], ix[1], settings, fingerprint), enumerate(items)))
+    else:
+        prepared = [identify_item(i, item, settings, fingerprint) for i, item in enumerate(items)]
+    seen: set[str] = set()
+    unique: list[PreparedItem] = []
+    for prep in prepared:
+        if prep.identity in seen:
+            summary.duplicates += 1
+            continue
+        seen.add(prep.identity)
+        unique.append(prep)
+    if summary.duplicates:
+        summary.notes.append(f"{summary.duplicates} item(s) appear more than once in the input; each is assessed once")
+    to_run, replace, counts = plan_resume(unique, state, retry_failed=retry_failed)
+    summary.already_done, summary.failed_before = counts["already_done"], counts["failed_before"]
+    if summary.failed_before:
+        summary.notes.append(f"{summary.failed_before} item(s) failed in an earlier run and were not retried (pass --retry-failed)")
+    return to_run, replace
 
 
 def run_batch(
@@ -370,23 +417,8 @@ def run_batch(
             summary.notes.append(f"repaired {out}: cut off a partial last line ({state.repaired_bytes} bytes) left by an interrupted run")
         if state.unreadable_lines:
             summary.notes.append(f"{out}: {state.unreadable_lines} line(s) are not result records; kept as they are, ignored")
-        # Hash every file up front, in parallel: resume needs all keys before deciding what to run.
-        with cf.ThreadPoolExecutor(max_workers=min(8, max(1, concurrency))) as pool:
-            prepared = list(pool.map(lambda ix: runner.prepare(*ix), enumerate(items)))
-        seen: set[str] = set()
-        unique: list[PreparedItem] = []
-        for prep in prepared:
-            if prep.identity in seen:
-                summary.duplicates += 1
-                continue
-            seen.add(prep.identity)
-            unique.append(prep)
-        if summary.duplicates:
-            summary.notes.append(f"{summary.duplicates} item(s) appear more than once in the input; each is assessed once")
-        to_run, replace, counts = plan_resume(unique, state, retry_failed=retry_failed)
-        summary.already_done, summary.failed_before = counts["already_done"], counts["failed_before"]
-        if summary.failed_before:
-            summary.notes.append(f"{summary.failed_before} item(s) failed in an earlier run and were not retried (pass --retry-failed)")
+        to_run, replace = plan_batch(items, settings=runner.settings, fingerprint=runner.fingerprint, state=state,
+                                     summary=summary, retry_failed=retry_failed, workers=min(8, max(1, concurrency)))
         if replace:
             summary.replaced_lines = results.rewrite(lambda rec: rec.get("identity") not in replace)
         if on_start:

@@ -49,12 +49,16 @@ def assess_command(
     overwrite: bool = flag("--overwrite", help="Start --out afresh even if it holds results."),
     concurrency: int = typer.Option(4, "--concurrency", "-j", min=1, max=64, help="Images assessed at once (LM calls overlap; tool runs take turns)."),
     allow_absolute: bool = flag("--allow-absolute", help="Let manifest paths point outside the manifest's folder (absolute paths, '..', symlinks)."),
-    with_trace: bool = flag("--with-trace", help="Keep each result's full trace in the results file."),
-    no_progress: bool = flag("--no-progress", help="No progress bar (it is shown only on a terminal anyway)."),
+    with_trace: bool = flag("--with-trace", help="Keep each result's full trace in the results file (with --engine ray: in each row's result)."),
+    no_progress: bool = flag("--no-progress", help="No progress bar (it is shown only on a terminal anyway; with --engine ray: no Ray progress bars or progress log lines)."),
     # ── scale-out ──
     engine: str = typer.Option("local", "--engine", help="local | ray: run the batch on a Ray cluster (needs the [ray] extra); --out is then a folder of result shards."),
     address: Optional[str] = typer.Option(None, "--address", help="With --engine ray: the cluster to join (auto, ray://host:10001); default: start Ray on this machine."),
     fmt: str = typer.Option("jsonl", "--format", help="With --engine ray: result shards as jsonl or parquet."),
+    actors: Optional[int] = typer.Option(None, "--actors", min=1, show_default=False, help="With --engine ray: worker actors, each holding one assessor (default: $AGENTIC_IQA_RAY_ACTORS, else one per CPU of the cluster, at most one per batch)."),
+    ray_batch_size: Optional[int] = typer.Option(None, "--ray-batch-size", min=1, show_default=False, help="With --engine ray: items per batch, i.e. per result shard and per retry unit (default: $AGENTIC_IQA_RAY_BATCH_SIZE, else 16)."),
+    gpus_per_worker: Optional[float] = typer.Option(None, "--gpus-per-worker", min=0.0, show_default=False, help="With --engine ray: GPU share per actor, e.g. 0.25 = four actors per GPU; tools then run on CUDA (default: $AGENTIC_IQA_RAY_GPUS_PER_WORKER, else 0)."),
+    lm_max_in_flight: Optional[int] = typer.Option(None, "--lm-max-in-flight", min=1, show_default=False, help="With --engine ray: LM requests in flight across the whole cluster (default: $AGENTIC_IQA_RAY_LM_MAX_IN_FLIGHT, else no cap)."),
 ) -> None:
     """Assess image quality, or answer a question about an image, with evidence from real IQA tools.
     Several images, folders or a manifest run as a batch into --out (resumable with --resume)."""
@@ -87,13 +91,21 @@ def assess_command(
         fail("give either images/folders or --manifest, not both")
     if engine not in {"local", "ray"}:
         fail(f"--engine must be local or ray (got {engine!r})")
+    cluster = {"actors": actors, "batch_size": ray_batch_size, "gpus_per_worker": gpus_per_worker,
+               "lm_max_in_flight": lm_max_in_flight}
     if engine == "ray":
+        if gpus_per_worker is not None and gpus_per_worker != gpus_per_worker:
+            fail("--gpus-per-worker must be a number of at least 0 (got nan)")
         _ray_batch(images, manifest, out, query, reference, lm, api_base, config, offline, mode, program, no_cache,
                    resize_reference, as_json, recursive, resume, retry_failed, overwrite, concurrency, allow_absolute,
-                   address, fmt, tool_options)
+                   address, fmt, tool_options, cluster, with_trace, no_progress or as_json)
         return
-    if address is not None or fmt != "jsonl":
-        fail("--address and --format are for --engine ray")
+    ray_only = [name for name, given in (("--address", address is not None), ("--format", fmt != "jsonl"),
+                                         ("--actors", actors is not None), ("--ray-batch-size", ray_batch_size is not None),
+                                         ("--gpus-per-worker", gpus_per_worker is not None),
+                                         ("--lm-max-in-flight", lm_max_in_flight is not None)) if given]
+    if ray_only:
+        fail(f"{', '.join(ray_only)}: only with --engine ray (add --engine ray, or leave {'them' if len(ray_only) > 1 else 'it'} out)")
     _batch(images, manifest, out, query, reference, lm, api_base, config, offline, mode, program, no_cache,
            resize_reference, as_json, recursive, resume, retry_failed, overwrite, concurrency, allow_absolute,
            with_trace, no_progress or as_json, tool_options)
@@ -351,8 +363,10 @@ def _items(images, manifest, query, reference, mode, recursive, allow_absolute):
 
 def _ray_batch(images, manifest, out, query, reference, lm, api_base, config, offline, mode, program, no_cache,
                resize_reference, as_json, recursive, resume, retry_failed, overwrite, concurrency, allow_absolute,
-               address, fmt, tool_options=(None, None)) -> None:
-    """`--engine ray`: the batch on Ray Data (agentic_iqa.distributed), shards in the folder --out."""
+               address, fmt, tool_options=(None, None), cluster=None, with_trace=False, quiet=False) -> None:
+    """`--engine ray`: the batch on Ray Data (agentic_iqa.distributed), shards in the folder --out.
+    `cluster`: the cluster-size flags (a None value: from $AGENTIC_IQA_RAY_*)."""
+    cluster = cluster or {}
     from agentic_iqa.batch import BatchError
     from agentic_iqa.config import ConfigError
     from iqa_tools import ImageError
@@ -364,7 +378,11 @@ def _ray_batch(images, manifest, out, query, reference, lm, api_base, config, of
         items, problems, notes = _items(images, manifest, query, reference, mode, recursive, allow_absolute)
         summary = run_cli_batch(items, out, settings, address=address, fmt=fmt, resume=resume, retry_failed=retry_failed,
                                 overwrite=overwrite, concurrency=concurrency, use_cache=not no_cache,
-                                resize_reference=resize_reference, manifest_problems=problems, notes=notes)
+                                resize_reference=resize_reference, manifest_problems=problems, notes=notes,
+                                actors=cluster.get("actors"), batch_size=cluster.get("batch_size"),
+                                num_gpus_per_worker=cluster.get("gpus_per_worker"),
+                                lm_max_in_flight=cluster.get("lm_max_in_flight"), with_trace=with_trace,
+                                progress=not quiet)
     except typer.Exit:
         raise
     except (BatchError, ConfigError, ImageError, ValueError) as exc:
