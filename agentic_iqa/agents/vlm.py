@@ -22,7 +22,7 @@ from agentic_iqa.agents.structured import StructuredResult  # noqa: E402
 from agentic_iqa.agents.tool_execution import unique_tool_scores  # noqa: E402
 from agentic_iqa.config import Settings  # noqa: E402
 from agentic_iqa.fusion import ScoreFusion  # noqa: E402
-from agentic_iqa.lm import build_role_lms  # noqa: E402
+from agentic_iqa.lm import build_role_lms, metering  # noqa: E402
 from signatures import format_evidence, vlm_image  # noqa: E402
 from signatures.logprobs import read_level_logprobs  # noqa: E402
 from signatures.models import (  # noqa: E402
@@ -88,9 +88,19 @@ class VLMRoles:
         # DSPy otherwise keeps every request, image included, in its history and trace (up to 10,000
         # entries per process): a long-lived service would grow by the size of each image, per call.
         quiet = {} if ctx.settings.pipeline.lm_history else {"disable_history": True, "trace": None}
-        with dspy.context(lm=lm, **quiet):
-            result: StructuredResult = self.modules[module](part=part, facts=facts, **inputs)
-        ctx.trace.count_lm(result.lm_calls, result.retries)
+        # lm_calls counts every HTTP request sent (the LM's own retries included), also when the call fails;
+        # an LM that sends none (the demo LM, DSPy's DummyLM) counts its structured attempts instead.
+        with metering() as sent:
+            try:
+                with dspy.context(lm=lm, **quiet):
+                    result: StructuredResult = self.modules[module](part=part, facts=facts, **inputs)
+            except Exception:
+                ctx.trace.count_lm(sent.requests, max(0, sent.requests - 1))
+                raise
+        if sent.requests:
+            ctx.trace.count_lm(sent.requests, sent.requests - 1)
+        else:
+            ctx.trace.count_lm(result.lm_calls, result.retries)
         for err in result.errors:
             ctx.trace.add(stage, "retry", err[:500])
         if not result.ok:
