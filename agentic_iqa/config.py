@@ -40,8 +40,13 @@ class RoleLM(BaseModel):
     temperature: float = 0.0
     max_tokens: int = 2048
     logprobs: bool = False
-    num_retries: int = Field(3, ge=0)
-    timeout: float = Field(120, gt=0)
+    num_retries: int = Field(3, ge=0)  # HTTP retries (429, 5xx, timeouts) within call_budget
+    timeout: float = Field(120, gt=0)  # seconds without a byte from the server (one request)
+    # Wall-clock seconds one LM call may take, every retry and every wait included: the call fails
+    # (LMTimeoutError: the offline analyst takes over) rather than run past it.
+    call_budget: float = Field(300, gt=0)
+    max_retry_after: float = Field(30, ge=0)  # a server's Retry-After is honoured up to this many seconds
+    max_reply_bytes: int = Field(4 * 1024 * 1024, gt=0)  # a longer reply is refused before it is parsed
 
 
 class ModelBackends(BaseModel):

@@ -1,9 +1,23 @@
-"""Build one DSPy LM per role from the configuration. Keys come only from the environment."""
+"""Build one DSPy LM per role from the configuration. Keys come only from the environment.
+
+Every LM we build is a `BudgetedLM`: DSPy's own retry loop is turned off and ours runs instead, because
+DSPy's has no overall bound (a reply slower than the timeout cost (num_retries+1) x timeout plus backoff,
+and it sleeps whatever Retry-After the server sends). Ours keeps one wall-clock budget per call
+(`call_budget`, every request and every wait included), caps Retry-After (`max_retry_after`), refuses a
+reply over `max_reply_bytes` before anything parses it, and counts every HTTP request it sends
+(`metering()`), so the trace's `lm_calls`/`retries` include the retries made below the agents.
+"""
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import functools
+import math
 import os
 import re
-from typing import Optional
+import threading
+import time
+from typing import Any, Iterator, Optional
 
 from agentic_iqa.config import ROLES, ConfigError, ModelBackends, RoleLM
 from agentic_iqa.redact import redact, register_secret
@@ -24,6 +38,9 @@ def build_lm(role: RoleLM, role_name: str = "lm"):
         num_retries=role.num_retries,
         timeout=role.timeout,
         cache=False,  # responses (and the images in them) are not kept on disk
+        call_budget=role.call_budget,
+        max_retry_after=role.max_retry_after,
+        max_reply_bytes=role.max_reply_bytes,
     )
     if role.api_base:
         kwargs["api_base"] = _checked_base_url(role.api_base, role_name)
@@ -41,9 +58,212 @@ def build_lm(role: RoleLM, role_name: str = "lm"):
     if role.logprobs:
         kwargs.update(logprobs=True, top_logprobs=5)
     try:
-        return dspy.LM(role.model, **kwargs)
+        return _budgeted_lm_class()(role.model, **kwargs)
     except ValueError as exc:
         raise ConfigError(f"{role_name}: model {role.model!r}: {exc}") from None
+
+
+# ── one wall-clock budget per LM call ─────────────────────────────────────────────────────────────
+
+
+class RequestMeter:
+    """HTTP requests sent by BudgetedLM calls made inside one `metering()` block (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.requests = 0
+
+    def add(self, n: int = 1) -> None:
+        with self._lock:
+            self.requests += n
+
+
+_meters: contextvars.ContextVar[tuple[RequestMeter, ...]] = contextvars.ContextVar("agentic_iqa_lm_meters", default=())
+_inside: contextvars.ContextVar[bool] = contextvars.ContextVar("agentic_iqa_lm_inside", default=False)
+
+
+@contextlib.contextmanager
+def metering() -> Iterator[RequestMeter]:
+    """Count the HTTP requests BudgetedLM calls send inside this block (an enclosing block counts them too)."""
+    meter = RequestMeter()
+    token = _meters.set(_meters.get() + (meter,))
+    try:
+        yield meter
+    finally:
+        _meters.reset(token)
+
+
+def _count_request() -> None:
+    for meter in _meters.get():
+        meter.add(1)
+
+
+def _attempt_timeout(timeout: float, remaining: float) -> float:
+    """The read timeout for the next request: the role's timeout, or less when the budget has less left.
+    Rounded down to a power of two (>= 0.25 s) because DSPy keeps one connection pool per distinct
+    timeout: a handful of pools per LM, never one per call."""
+    if remaining >= timeout:
+        return timeout
+    return max(0.25, 2.0 ** math.floor(math.log2(max(remaining, 1e-3))))
+
+
+def _reply_text(output: Any) -> str:
+    if isinstance(output, str):
+        return output
+    if isinstance(output, dict):
+        return str(output.get("text") or "")
+    return ""
+
+
+def _too_large(outputs: Any, limit: int) -> Optional[int]:
+    """The byte size of the first output over `limit`, else None (cheap: bytes <= 4 x characters)."""
+    for output in outputs if isinstance(outputs, list) else []:
+        text = _reply_text(output)
+        if len(text) * 4 > limit:
+            size = len(text.encode("utf-8", "surrogatepass"))
+            if size > limit:
+                return size
+    return None
+
+
+def __getattr__(name: str):
+    # BudgetedLM subclasses dspy.LM, which is slow to import: made on first use (also by pickle).
+    if name == "BudgetedLM":
+        return _budgeted_lm_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+@functools.cache
+def _budgeted_lm_class() -> type:
+    import dspy
+    from dspy.lm15 import Request
+    from dspy.utils.exceptions import LMError, LMTimeoutError, is_retryable_lm_error
+
+    class LMReplyTooLarge(LMError):
+        """The reply exceeded max_reply_bytes: refused before parsing, not retried."""
+
+        default_code = "reply_too_large"
+
+    class LMBudgetExceeded(LMTimeoutError):
+        """The call's wall-clock budget ran out (a timeout for every purpose: the offline analyst answers)."""
+
+        default_code = "budget_exceeded"
+
+    class BudgetedLM(dspy.LM):
+        """`dspy.LM` whose calls keep one wall-clock budget, retries and Retry-After waits included.
+
+        `num_retries` is ours: DSPy's own loop sees 0 (while one of our calls runs) and never retries.
+        Code that does its own retries around the LM (agentic_iqa.distributed) reads `num_retries` and
+        sets it to 0; then each of its attempts is one request with the whole budget."""
+
+        def __init__(self, model: str, *, num_retries: int = 3, call_budget: float = 300.0,
+                     max_retry_after: float = 30.0, max_reply_bytes: int = 4 * 1024 * 1024, **kwargs: Any):
+            self._retries = num_retries
+            super().__init__(model, num_retries=num_retries, **kwargs)
+            self.call_budget = float(call_budget)
+            self.max_retry_after = float(max_retry_after)
+            self.max_reply_bytes = int(max_reply_bytes)
+
+        @property
+        def num_retries(self) -> int:  # type: ignore[override]
+            return 0 if _inside.get() else self._retries
+
+        @num_retries.setter
+        def num_retries(self, value: int) -> None:
+            self._retries = value
+
+        # One request per attempt: `inner(timeout)` sends it; the loop decides whether and when to resend.
+        def _plan_wait(self, exc: BaseException, attempt: int, deadline: float) -> float:
+            """Seconds to wait before the next attempt, or raise: not retryable, no attempts left, or
+            the wait (Retry-After capped at max_retry_after, else backoff) would outlast the budget."""
+            if attempt >= self._retries or not is_retryable_lm_error(exc):
+                raise exc
+            hint = getattr(exc, "retry_after", None)
+            if isinstance(hint, (int, float)) and not isinstance(hint, bool) and math.isfinite(hint) and hint >= 0:
+                wait = min(float(hint), self.max_retry_after)
+            else:
+                wait = float(min(2 ** min(attempt, 6), 60))
+            remaining = deadline - time.monotonic()
+            if wait >= remaining:
+                asked = f"; the server asked to wait {hint:g} s" if isinstance(hint, (int, float)) and not isinstance(hint, bool) else ""
+                raise self._exhausted(attempt + 1, f"{type(exc).__name__}{asked}") from exc
+            return wait
+
+        def _exhausted(self, attempts: int, last: str) -> Exception:
+            return LMBudgetExceeded(
+                f"no reply within the call budget of {self.call_budget:g} s ({attempts} request(s); last: {last}); "
+                "raise call_budget or timeout in configs/model_backends.yaml if the model is just slow",
+                model=self.model,
+            )
+
+        def _checked(self, outputs: Any) -> Any:
+            size = _too_large(outputs, self.max_reply_bytes)
+            if size is not None:
+                raise LMReplyTooLarge(
+                    f"the reply is {size:,} bytes, over max_reply_bytes ({self.max_reply_bytes:,}); refused unparsed "
+                    "(raise max_reply_bytes in configs/model_backends.yaml if a model really answers at that length)",
+                    model=self.model,
+                )
+            return outputs
+
+        def _timeout_for(self, kwargs: dict, deadline: float) -> float:
+            base = kwargs.get("timeout", self.kwargs.get("timeout"))
+            base = float(base) if isinstance(base, (int, float)) and not isinstance(base, bool) else 600.0
+            return _attempt_timeout(base, deadline - time.monotonic())
+
+        def __call__(self, prompt=None, *, messages=None, **kwargs):
+            if kwargs.get("request") is not None or isinstance(prompt, Request):
+                return super().__call__(prompt, messages=messages, **kwargs)  # the typed API: as DSPy does it
+            deadline = time.monotonic() + self.call_budget
+            for attempt in range(self._retries + 1):
+                if deadline - time.monotonic() <= 0:
+                    raise self._exhausted(attempt, "the budget ran out between requests")
+                token = _inside.set(True)
+                try:
+                    _count_request()
+                    outputs = super().__call__(prompt, messages=messages,
+                                               **{**kwargs, "timeout": self._timeout_for(kwargs, deadline)})
+                except Exception as exc:  # noqa: BLE001 - classified by _plan_wait
+                    wait = self._plan_wait(exc, attempt, deadline)
+                else:
+                    return self._checked(outputs)
+                finally:
+                    _inside.reset(token)
+                time.sleep(wait)
+            raise AssertionError("unreachable")  # the last attempt returns or raises
+
+        async def acall(self, prompt=None, *, messages=None, **kwargs):
+            import asyncio
+
+            if kwargs.get("request") is not None or isinstance(prompt, Request):
+                return await super().acall(prompt, messages=messages, **kwargs)
+            deadline = time.monotonic() + self.call_budget
+            for attempt in range(self._retries + 1):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise self._exhausted(attempt, "the budget ran out between requests")
+                token = _inside.set(True)
+                try:
+                    _count_request()
+                    outputs = await asyncio.wait_for(
+                        super().acall(prompt, messages=messages, **{**kwargs, "timeout": self._timeout_for(kwargs, deadline)}),
+                        remaining,
+                    )
+                except asyncio.TimeoutError as exc:
+                    raise self._exhausted(attempt + 1, "the budget ran out during a request") from exc
+                except Exception as exc:  # noqa: BLE001
+                    wait = self._plan_wait(exc, attempt, deadline)
+                else:
+                    return self._checked(outputs)
+                finally:
+                    _inside.reset(token)
+                await asyncio.sleep(wait)
+            raise AssertionError("unreachable")
+
+    for cls in (BudgetedLM, LMReplyTooLarge, LMBudgetExceeded):
+        cls.__module__ = __name__  # found by pickle through the module's __getattr__
+    globals().update(LMReplyTooLarge=LMReplyTooLarge, LMBudgetExceeded=LMBudgetExceeded)
+    return BudgetedLM
 
 
 def _checked_base_url(url: str, role_name: str) -> str:

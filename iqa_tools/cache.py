@@ -7,8 +7,10 @@ Only raw scores are stored; normalization is recomputed on read, so changing β 
 WAL journaling lets readers and one writer work at once across processes; writers wait up to
 `timeout` seconds for the lock. When the database outgrows `max_mb` the oldest quarter of rows is deleted
 (SQLite reuses the freed pages, so the file stops growing); the WAL file beside it is trimmed back to
-1 MB after each checkpoint. A cache that cannot be opened or written
-(read-only disk, corrupt file) is disabled with a warning instead of failing the scoring.
+1 MB after each checkpoint. A cache that cannot be opened or written (read-only disk, a folder
+that cannot be created, a corrupt file) is disabled instead of failing the scoring, and says so once per
+process in one line (a `ScoreCacheWarning`, also logged): a corrupt file names
+`agentic-iqa tools cache clear`, which recreates it (`clear(recreate=True)`).
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import logging
 import sqlite3
 import threading
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -37,6 +40,37 @@ CREATE TABLE IF NOT EXISTS scores (
 );
 CREATE INDEX IF NOT EXISTS scores_created ON scores(created);
 """
+
+
+class ScoreCacheWarning(UserWarning):
+    """The score cache is off for this process (corrupt file, unwritable folder): scoring goes on uncached."""
+
+
+class ScoreCacheError(OSError):
+    """`clear` could not do its job (the folder is not writable, the file is not ours to delete)."""
+
+
+_said: set[str] = set()  # warnings already given in this process (one line each, not one per image)
+_said_lock = threading.Lock()
+
+
+def _say_once(message: str) -> None:
+    with _said_lock:
+        if message in _said:
+            return
+        _said.add(message)
+    log.warning("%s", message)
+    warnings.warn(message, ScoreCacheWarning, stacklevel=4)
+
+
+def is_corruption(exc: BaseException) -> bool:
+    """True when SQLite says the file is not a database or its contents are damaged (not: locked, busy,
+    read-only, I/O)."""
+    name = getattr(exc, "sqlite_errorname", "") or ""
+    if name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")):
+        return True
+    text = str(exc).lower()
+    return isinstance(exc, sqlite3.DatabaseError) and ("not a database" in text or "malformed" in text)
 
 
 def cache_key(image_sha: str, tool: str, metric: str, reference_sha: Optional[str], version: str) -> str:
@@ -63,6 +97,8 @@ class ToolCache:
         self._lock = threading.Lock()
         self._conn: Optional[sqlite3.Connection] = None
         self._disabled: Optional[str] = None
+        self.corrupt = False  # SQLite found the file damaged: `clear()` recreates it
+        self.recreated = False  # the last clear() replaced a corrupt file
         self._puts = 0
 
     # -- connection -------------------------------------------------------------------------------
@@ -70,20 +106,39 @@ class ToolCache:
         if self._conn is not None or self._disabled:
             return self._conn
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False)
+            self._conn = self._open()
+        except (sqlite3.Error, OSError) as exc:
+            self._disable_for(exc, "open")
+        return self._conn
+
+    def _open(self) -> sqlite3.Connection:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False)
+        try:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable across app crashes, fast commits
             conn.execute("PRAGMA journal_size_limit=1048576")  # the WAL file shrinks back to 1 MB after checkpoints
             conn.executescript(_SCHEMA)
-            self._conn = conn
-        except (sqlite3.Error, OSError) as exc:
-            self._disable(f"cannot open {self.path}: {exc}")
-        return self._conn
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _disable_for(self, exc: BaseException, doing: str) -> None:
+        """Turn the cache off for this process, with the one line that says why and what to do."""
+        if is_corruption(exc):
+            self.corrupt = True
+            self._disable(f"{self.path} is corrupt ({exc}); scores are not cached. "
+                          "Run `agentic-iqa tools cache clear` to recreate it")
+        elif isinstance(exc, OSError) or "readonly" in str(exc).lower() or "unable to open" in str(exc).lower():
+            self._disable(f"cannot {'open' if doing == 'open' else doing} {self.path} ({exc}); scores are not cached "
+                          "this run. Make the folder writable or point AGENTIC_IQA_CACHE_DIR (pipeline cache.dir) elsewhere")
+        else:
+            self._disable(f"{doing} of {self.path} failed ({exc}); scores are not cached this run")
 
     def _disable(self, why: str) -> None:
         self._disabled = why
-        log.warning("score cache disabled: %s", why)
+        _say_once(f"score cache disabled: {why}")
         if self._conn is not None:
             try:
                 self._conn.close()
@@ -110,7 +165,7 @@ class ToolCache:
             try:
                 row = conn.execute("SELECT raw, seconds, device, created FROM scores WHERE key = ?", (key,)).fetchone()
             except sqlite3.Error as exc:
-                self._disable(f"read failed: {exc}")
+                self._disable_for(exc, "read")
                 return None
         return CachedScore(*row) if row else None
 
@@ -128,7 +183,7 @@ class ToolCache:
                 if self._puts % 64 == 1:  # checking the size costs a few queries: not on every put
                     self._evict(conn)
             except sqlite3.Error as exc:
-                self._disable(f"write failed: {exc}")
+                self._disable_for(exc, "write")
 
     def _evict(self, conn: sqlite3.Connection) -> None:
         page_size = conn.execute("PRAGMA page_size").fetchone()[0]
@@ -154,25 +209,56 @@ class ToolCache:
         }
         with self._lock:
             conn = self._connect()
-            if conn is None:
-                out["disabled"] = self._disabled
-                return out
-            try:
-                out["entries"] = conn.execute("SELECT COUNT(*) FROM scores").fetchone()[0]
-                out["by_tool"] = dict(conn.execute("SELECT tool, COUNT(*) FROM scores GROUP BY tool ORDER BY tool").fetchall())
-            except sqlite3.Error as exc:
-                out["disabled"] = f"read failed: {exc}"
-        out["size_bytes"] = sum(p.stat().st_size for p in self.path.parent.glob(FILENAME + "*") if p.is_file())
+            if conn is not None:
+                try:
+                    out["entries"] = conn.execute("SELECT COUNT(*) FROM scores").fetchone()[0]
+                    out["by_tool"] = dict(conn.execute("SELECT tool, COUNT(*) FROM scores GROUP BY tool ORDER BY tool").fetchall())
+                except sqlite3.Error as exc:
+                    self._disable_for(exc, "read")
+            out["disabled"], out["corrupt"] = self._disabled, self.corrupt
+        try:
+            out["size_bytes"] = sum(p.stat().st_size for p in self.path.parent.glob(FILENAME + "*") if p.is_file())
+        except OSError:
+            pass
         return out
 
     def clear(self) -> int:
-        """Delete every entry; returns how many there were."""
+        """Delete every entry; returns how many there were. A corrupt database is deleted and made anew
+        (0 entries; `self.recreated` says so). Raises ScoreCacheError when it cannot be cleared."""
         with self._lock:
+            self.recreated = False
             conn = self._connect()
+            if conn is None and self.corrupt:
+                return self._recreate()
             if conn is None:
-                return 0
-            n = conn.execute("SELECT COUNT(*) FROM scores").fetchone()[0]
-            conn.execute("DELETE FROM scores")
-            conn.execute("VACUUM")
-            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                raise ScoreCacheError(f"cannot clear the score cache: {self._disabled}")
+            try:
+                n = conn.execute("SELECT COUNT(*) FROM scores").fetchone()[0]
+                conn.execute("DELETE FROM scores")
+                conn.execute("VACUUM")
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            except sqlite3.Error as exc:
+                if not is_corruption(exc):
+                    raise ScoreCacheError(f"cannot clear the score cache {self.path}: {exc}") from None
+                self.corrupt = True
+                self._disabled = str(exc)
+                conn.close()
+                self._conn = None
+                return self._recreate()
             return n
+
+    def _recreate(self) -> int:
+        """Delete the corrupt database (and its WAL/SHM files) and open a fresh one (lock held)."""
+        for p in (self.path, self.path.with_name(self.path.name + "-wal"), self.path.with_name(self.path.name + "-shm")):
+            if p.is_symlink() or (p.exists() and not p.is_file()):
+                raise ScoreCacheError(f"cannot recreate the score cache: {p} is not a regular file; remove it yourself")
+            try:
+                p.unlink(missing_ok=True)
+            except OSError as exc:
+                raise ScoreCacheError(f"cannot recreate the score cache: deleting {p} failed ({exc.strerror or exc})") from None
+        try:
+            self._conn = self._open()
+        except (sqlite3.Error, OSError) as exc:
+            raise ScoreCacheError(f"cannot recreate the score cache {self.path}: {exc}") from None
+        self._disabled, self.corrupt, self.recreated = None, False, True
+        return 0

@@ -28,17 +28,31 @@ class LMCall:
     kwargs: dict
     dspy_context: dict = field(default_factory=dict)
 
+    requests: int = 0  # HTTP requests the call sent, retries included (counted by agentic_iqa.lm), also on failure
+
     def run(self) -> Any:
         import dspy
 
-        with dspy.context(lm=self.lm, **self.dspy_context):
-            return self.module(**self.kwargs)
+        from agentic_iqa.lm import metering
+
+        with metering() as sent:
+            try:
+                with dspy.context(lm=self.lm, **self.dspy_context):
+                    return self.module(**self.kwargs)
+            finally:
+                self.requests = sent.requests
 
     async def arun(self) -> Any:
         import dspy
 
-        with dspy.context(lm=self.lm, **self.dspy_context):
-            return await self.module.acall(**self.kwargs)
+        from agentic_iqa.lm import metering
+
+        with metering() as sent:
+            try:
+                with dspy.context(lm=self.lm, **self.dspy_context):
+                    return await self.module.acall(**self.kwargs)
+            finally:
+                self.requests = sent.requests
 
 
 def steps(value: Any) -> Steps:

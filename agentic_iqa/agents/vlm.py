@@ -91,8 +91,18 @@ class VLMRoles:
         # DSPy otherwise keeps every request, image included, in its history and trace (up to 10,000
         # entries per process): a long-lived service would grow by the size of each image, per call.
         quiet = {} if ctx.settings.pipeline.lm_history else {"disable_history": True, "trace": None}
-        result: StructuredResult = yield LMCall(self.modules[module], lm, dict(part=part, facts=facts, **inputs), quiet)
-        ctx.trace.count_lm(result.lm_calls, result.retries)
+        # lm_calls counts every HTTP request sent (the LM's own retries included), also when the call fails;
+        # an LM that sends none (the demo LM, DSPy's DummyLM) counts its structured attempts instead.
+        call = LMCall(self.modules[module], lm, dict(part=part, facts=facts, **inputs), quiet)
+        try:
+            result: StructuredResult = yield call
+        except Exception:
+            ctx.trace.count_lm(call.requests, max(0, call.requests - 1))
+            raise
+        if call.requests:
+            ctx.trace.count_lm(call.requests, call.requests - 1)
+        else:
+            ctx.trace.count_lm(result.lm_calls, result.retries)
         for err in result.errors:
             ctx.trace.add(stage, "retry", err[:500])
         if not result.ok:

@@ -214,19 +214,51 @@ def cache_info(as_json: bool = flag("--json", help="Machine-readable output.")) 
 
 @cache_app.command("clear")
 def cache_clear() -> None:
-    """Delete every cached score."""
+    """Delete every cached score (a corrupt cache file is deleted and made anew)."""
+    from iqa_tools.cache import ScoreCacheError
+
     try:
         cache = _cache()
         n = cache.clear()
+    except ScoreCacheError as exc:  # e.g. the folder is not writable: one line, not "cleared 0"
+        from rich.markup import escape
+
+        fail(escape(str(exc)), EXIT_FAILED)
     except Exception as exc:  # noqa: BLE001
         _fail_for(exc)
-    typer.echo(f"cleared {n} cached score{'s' if n != 1 else ''} from {cache.path}")
+    if cache.recreated:
+        typer.echo(f"recreated the score cache {cache.path} (the old file was corrupt; its scores are gone)")
+    else:
+        typer.echo(f"cleared {n} cached score{'s' if n != 1 else ''} from {cache.path}")
 
 
 def _cache():
+    import warnings
+
     from agentic_iqa.config import load_settings
     from iqa_tools import ToolCache
+    from iqa_tools.cache import ScoreCacheWarning
 
+    # `cache info` / `cache clear` report the cache's state themselves: no separate warning line.
+    warnings.simplefilter("ignore", ScoreCacheWarning)
     settings = load_settings().pipeline
     return ToolCache(settings.cache.dir, max_mb=settings.cache.max_mb)
+
+
+def _one_line_cache_warnings() -> None:
+    """The score cache's warning (corrupt file, unwritable folder) as one `warning: …` line on stderr,
+    not Python's two-line warning format (file, line number, source line)."""
+    import warnings
+
+    previous = warnings.formatwarning
+
+    def formatwarning(message, category, filename, lineno, line=None):
+        if category.__name__ == "ScoreCacheWarning":
+            return f"warning: {message}\n"
+        return previous(message, category, filename, lineno, line)
+
+    warnings.formatwarning = formatwarning
+
+
+_one_line_cache_warnings()
 

@@ -1,0 +1,200 @@
+"""A hostile or broken LM server, through the real HTTP path (the local fake server) — issue 11 part 4,
+issue 12 (lm_calls): one wall-clock budget per LM call (retries and Retry-After waits included), a capped
+Retry-After, a reply-size cap before parsing, and every HTTP request counted in the result.
+
+No wall times are asserted: the bounds are checked on the number of requests the server received, and
+a call that would wait an hour is run in a thread that must finish well before that (a hang fails the
+test instead of hanging the suite).
+"""
+from __future__ import annotations
+
+import contextvars
+import json
+import threading
+
+import pytest
+
+from canned import disable_dspy_cache, valid_reply, write_test_image
+from fake_openai import FakeOpenAIServer, Reply, route_of, scripted
+
+from agentic_iqa.api import Assessor
+from agentic_iqa.config import RoleLM, load_settings
+from agentic_iqa.lm import build_lm, lm_unreachable, metering
+from iqa_tools import ToolRegistry
+
+HOUR = "3600"
+LOGPROBS = {"A": -2.5, "B": -0.5, "C": -1.1, "D": -3.0, "E": -5.0}
+
+
+@pytest.fixture(autouse=True)
+def _env(monkeypatch):
+    disable_dspy_cache()
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+
+
+def lm_for(srv: FakeOpenAIServer, **settings):
+    return build_lm(RoleLM(model="openai/fake-vlm", api_base=srv.base_url, **settings))
+
+
+def call_bounded(fn, limit: float = 60.0):
+    """fn() in a thread; (result, exception). Fails if it is still running after `limit` seconds (a
+    Retry-After of an hour honoured, or a budget not kept, would be that)."""
+    out: dict = {}
+    context = contextvars.copy_context()  # the caller's metering() block sees the thread's requests
+
+    def run():
+        try:
+            out["value"] = fn()
+        except Exception as exc:  # noqa: BLE001
+            out["error"] = exc
+
+    t = threading.Thread(target=context.run, args=(run,), daemon=True)
+    t.start()
+    t.join(limit)
+    assert not t.is_alive(), f"the LM call was still running after {limit:g} s"
+    return out.get("value"), out.get("error")
+
+
+def test_slow_server_the_budget_bounds_the_call_retries_included():
+    # Every reply takes 5 s; the read timeout is 0.2 s. DSPy's own loop would send 1 + 10 requests
+    # and sleep 1+2+4+...+60 s between them; the 1.5 s budget allows the first request, one backoff
+    # second and a second request cut to what is left.
+    with FakeOpenAIServer(lambda body: Reply(content="late", delay=5.0)) as srv:
+        lm = lm_for(srv, timeout=0.2, num_retries=10, call_budget=1.5)
+        with metering() as sent:
+            _, err = call_bounded(lambda: lm("hello"))
+        n = len(srv.requests)
+    assert err is not None and type(err).__name__ == "LMBudgetExceeded", err
+    assert "call budget of 1.5 s" in str(err) and "raise call_budget or timeout" in str(err)
+    assert 1 <= n <= 2, n  # not 11
+    assert sent.requests == n  # every request sent is counted
+    assert lm_unreachable(err)  # a timeout for every purpose: the offline analyst takes over
+
+
+def test_retry_after_of_an_hour_is_capped_and_the_call_then_succeeds():
+    replies = iter([Reply(status=429, headers={"Retry-After": HOUR}), Reply(content="fine")])
+    with FakeOpenAIServer(lambda body: next(replies)) as srv:
+        lm = lm_for(srv, num_retries=2, max_retry_after=0.1, call_budget=60)
+        with metering() as sent:
+            out, err = call_bounded(lambda: lm("hello"))
+        n = len(srv.requests)
+    assert err is None, err
+    assert out == ["fine"]
+    assert n == 2 and sent.requests == 2
+
+
+def test_retry_after_beyond_the_budget_fails_at_once():
+    # Uncapped Retry-After (max_retry_after 2 h) but a 5 s budget: waiting an hour cannot fit, so the
+    # call fails after the one request, naming what the server asked.
+    with FakeOpenAIServer(lambda body: Reply(status=429, headers={"Retry-After": HOUR})) as srv:
+        lm = lm_for(srv, num_retries=3, max_retry_after=7200, call_budget=5)
+        _, err = call_bounded(lambda: lm("hello"))
+        n = len(srv.requests)
+    assert type(err).__name__ == "LMBudgetExceeded", err
+    assert "the server asked to wait 3600 s" in str(err)
+    assert n == 1
+    assert isinstance(err.__cause__, Exception) and type(err.__cause__).__name__ == "LMRateLimitError"
+
+
+def test_the_budget_holds_on_the_async_path():
+    import asyncio
+
+    with FakeOpenAIServer(lambda body: Reply(content="late", delay=5.0)) as srv:
+        lm = lm_for(srv, timeout=0.2, num_retries=10, call_budget=1.5)
+        _, err = call_bounded(lambda: asyncio.run(lm.acall("hello")))
+        n = len(srv.requests)
+    assert type(err).__name__ == "LMBudgetExceeded", err
+    assert 1 <= n <= 2, n
+
+
+def test_reply_over_the_size_cap_is_refused_unparsed_and_not_retried():
+    big = "x" * (2 * 1024 * 1024)
+    with FakeOpenAIServer(lambda body: Reply(content=big)) as srv:
+        lm = lm_for(srv, num_retries=3, max_reply_bytes=1024 * 1024)
+        _, err = call_bounded(lambda: lm("hello"))
+        n = len(srv.requests)
+    assert type(err).__name__ == "LMReplyTooLarge", err
+    assert "2,097,152 bytes, over max_reply_bytes (1,048,576)" in str(err) and "refused unparsed" in str(err)
+    assert n == 1
+    assert not lm_unreachable(err)  # the server answered: a bad reply, not an outage
+
+
+def test_reply_under_the_cap_passes():
+    with FakeOpenAIServer(lambda body: Reply(content="é" * 1000)) as srv:
+        out = lm_for(srv, max_reply_bytes=2000)("hello")  # 2000 bytes in UTF-8: exactly at the cap
+    assert out == ["é" * 1000]
+
+
+def test_config_rejects_a_non_positive_budget_or_cap():
+    from pydantic import ValidationError
+
+    for bad in ({"call_budget": 0}, {"max_reply_bytes": 0}, {"max_retry_after": -1}):
+        with pytest.raises(ValidationError):
+            RoleLM(**bad)
+
+
+# ── through the whole assessment ─────────────────────────────────────────────────────────────────
+
+
+@pytest.fixture(scope="module")
+def image(tmp_path_factory):
+    return write_test_image(tmp_path_factory.mktemp("hostile_lm") / "photo.jpg", size=(128, 128), seed=3)
+
+
+@pytest.fixture(scope="module")
+def registry():
+    return ToolRegistry(cache=False)
+
+
+def assessor_for(tmp_path, base_url, registry, **role):
+    settings = load_settings(tmp_path, lm="openai/fake-vlm", api_base=base_url, cache={"enabled": False})
+    for name in ("planner", "executor", "summarizer"):
+        for key, value in role.items():
+            setattr(settings.backends.role(name), key, value)
+    return Assessor(settings, registry=registry)
+
+
+def good_routes(**overrides) -> dict:
+    routes = {"plan": valid_reply("plan"), "detect": valid_reply("detect"), "analyze": valid_reply("analyze"),
+              "select": {"selected_tools": {"Global": {"Blurs": "PIQE", "Noise": "PIQE"}}},
+              "score": valid_reply("score", level="B"), "_logprobs": LOGPROBS}
+    routes.update(overrides)
+    return routes
+
+
+def test_lm_calls_count_every_http_request_500_then_200(tmp_path, image, registry):
+    # The planner's first request gets a 500; the LM's own retry gets the plan. Both were sent.
+    routes = good_routes(plan=[Reply(status=500), valid_reply("plan")])
+    with FakeOpenAIServer(scripted(routes)) as srv:
+        result = assessor_for(tmp_path, srv.base_url, registry, num_retries=2).assess(image, "Rate the quality of this photo")
+        chat = [r for r in srv.requests if r["path"].rstrip("/").endswith("chat/completions")]
+    assert [route_of(r["body"]) for r in chat].count("plan") == 2
+    assert result.lm_calls == len(chat), (result.lm_calls, len(chat))
+    assert result.retries >= 1
+    assert not result.lm_unreachable and result.backend == "vlm (openai/fake-vlm)"
+
+
+def test_lm_calls_count_requests_of_a_call_that_failed(tmp_path, image, registry):
+    # Every request fails: the planner's call gives up after 1 + 1 requests and the offline analyst
+    # answers; the two requests still count.
+    with FakeOpenAIServer(lambda body: Reply(status=500)) as srv:
+        result = assessor_for(tmp_path, srv.base_url, registry, num_retries=1).assess(image, "Rate the quality of this photo")
+        n = len(srv.requests)
+    assert result.lm_unreachable
+    assert n == 2 and result.lm_calls == 2 and result.retries == 1
+
+
+def test_oversized_reply_in_an_assessment_is_one_failed_try(tmp_path, image, registry):
+    # The planner answers 2 MiB of prose. Before: parsed by the JSON adapter (seconds of CPU per
+    # megabyte) and re-asked 3 more times, each after the LM's own retries. Now: refused unparsed,
+    # one request, the rule-based plan is used and the trace says why.
+    routes = good_routes(plan="no JSON here " * (2 * 1024 * 1024 // 13))
+    with FakeOpenAIServer(scripted(routes)) as srv:
+        result = assessor_for(tmp_path, srv.base_url, registry, max_reply_bytes=1024 * 1024).assess(
+            image, "Rate the quality of this photo")
+        plans = [r for r in srv.requests if route_of(r["body"]) == "plan"]
+    assert len(plans) == 1
+    assert result.score is not None and not result.lm_unreachable
+    trace = json.dumps([e.model_dump() for e in result.trace])
+    assert "over max_reply_bytes" in trace
+    assert any(f.startswith("planner:") for f in result.fallbacks), result.fallbacks
