@@ -293,7 +293,8 @@ class ToolRegistry:
 
     @staticmethod
     def _forward(metric: Any, lock: threading.Lock, spec: ToolSpec, x: Any, ref: Any) -> list[float]:
-        with lock:
+        torch = backend.torch()
+        with lock, torch.inference_mode():  # no autograd bookkeeping at all (pyiqa only turns grad off)
             out = metric(x, ref) if spec.mode == "FR" else metric(x)
         if isinstance(out, (tuple, list)):
             out = out[0]

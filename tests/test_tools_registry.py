@@ -367,9 +367,9 @@ def test_large_images_are_scored_at_the_tool_working_size(tmp_path):
     arr = (rng.random((1500, 2000, 3)) * 255).astype(np.uint8)  # 3 MP
     Image.fromarray(arr).save(big)
     r = ToolRegistry(cache=False, offline=True, device="cpu")
-    piqe = r.score("PIQE", big)  # default working size 2,000,000 px
-    assert piqe.working_size == (1632, 1224) and any("downscaled from 2000×1500" in n for n in piqe.notes)
-    assert piqe.to_log().working_size == (1632, 1224)
+    piqe = r.score("PIQE", big)  # PIQE's working size: 786,432 px (1024×768)
+    assert piqe.working_size == (1024, 768) and any("downscaled from 2000×1500" in n for n in piqe.notes)
+    assert piqe.to_log().working_size == (1024, 768)
     fr = r.score("MS-SSIM", big, big)  # 1,000,000 px for MS-SSIM; image and reference alike
     assert fr.working_size == (1154, 866) and fr.raw_score == pytest.approx(1.0, abs=1e-6)
     small = r.score("PIQE", Image.fromarray(arr[:600, :800]))

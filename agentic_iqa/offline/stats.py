@@ -6,6 +6,11 @@ All statistics are plain floats with readable units: luminance-like values are o
 
 Images are float32 RGB in [0, 1] (``as_float_rgb`` converts uint8/uint16 arrays, gray arrays, PIL images
 and paths). Everything runs on cv2/numpy; a 512x384 image takes a few tens of ms.
+
+Statistics are measured at a working size of at most WORKING_PIXELS (area-downscaled, aspect kept):
+the thresholds were fitted on photos at long side 512 and checked at 1024 (benchmarks/fit_corpus.py),
+so a 12 MP photo is judged at the scale the thresholds know, in a fraction of the time and memory.
+Images at or below that size are measured as they are.
 """
 from __future__ import annotations
 
@@ -40,6 +45,26 @@ def as_float_rgb(image: ImageLike) -> np.ndarray:
     if np.issubdtype(arr.dtype, np.integer):
         return arr.astype(np.float32) / np.float32(np.iinfo(arr.dtype).max)
     return np.clip(arr, 0, 1).astype(np.float32)
+
+
+WORKING_PIXELS = 1024 * 768
+
+
+def working_size(width: int, height: int, max_pixels: int = WORKING_PIXELS) -> tuple[int, int]:
+    """(width, height) the statistics are measured at: the image's own, or downscaled to max_pixels."""
+    if width * height <= max_pixels:
+        return width, height
+    scale = (max_pixels / (width * height)) ** 0.5
+    return max(1, int(width * scale)), max(1, int(height * scale))
+
+
+def at_working_size(x: np.ndarray, max_pixels: int = WORKING_PIXELS) -> np.ndarray:
+    """`x` itself when small enough, else an area-averaged copy (how the fitting corpus was downscaled)."""
+    h, w = x.shape[:2]
+    size = working_size(w, h, max_pixels)
+    if size == (w, h):
+        return x
+    return cv2.resize(x, size, interpolation=cv2.INTER_AREA)
 
 
 def luma(x: np.ndarray) -> np.ndarray:
@@ -245,8 +270,8 @@ def _chroma_planes(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray
 
 
 def measure(image: ImageLike) -> dict[str, float]:
-    """No-reference statistics of one image (see the module docstring for units)."""
-    x = as_float_rgb(image)
+    """No-reference statistics of one image (see the module docstring for units and working size)."""
+    x = at_working_size(as_float_rgb(image))
     y = luma(x)
     y255 = y * 255
     f, m, c = band_energies(y)
@@ -324,6 +349,7 @@ def measure_fr(image: ImageLike, reference: ImageLike, image_stats: Optional[dic
     xd, xr = as_float_rgb(image), as_float_rgb(reference)
     if xd.shape != xr.shape:
         raise ValueError(f"image {xd.shape[1]}x{xd.shape[0]} and reference {xr.shape[1]}x{xr.shape[0]} differ in size")
+    xd, xr = at_working_size(xd), at_working_size(xr)  # both alike, so they stay pixel-aligned
     d = image_stats or measure(xd)
     r = reference_stats or measure(xr)
     yd, yr = luma(xd), luma(xr)
