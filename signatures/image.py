@@ -17,7 +17,7 @@ from typing import Optional
 
 import dspy
 
-__all__ = ["vlm_image", "VLM_FORMATS"]
+__all__ = ["vlm_image", "with_reference", "REFERENCE_FIELD", "VLM_FORMATS"]
 
 #: Formats the common VLM APIs accept inline (OpenAI, Anthropic, Gemini all take these four).
 VLM_FORMATS: dict[str, str] = {"JPEG": "image/jpeg", "PNG": "image/png", "WEBP": "image/webp", "GIF": "image/gif"}
@@ -83,3 +83,35 @@ def vlm_image(path: str | os.PathLike, max_side: Optional[int] = None) -> tuple[
     buf = io.BytesIO()
     img.save(buf, format="PNG")
     return dspy.Image(_data_url("image/png", buf.getvalue())), note
+
+
+#: The input field that carries the reference image in full-reference mode.
+REFERENCE_FIELD = "reference_image"
+
+_FR_INSTRUCTIONS = """\
+Full-Reference mode: `image` is the distorted image (the one being assessed) and `reference_image` is its
+reference, the pristine original of the same scene. Compare the distorted image with the reference image:
+what differs between them is the distortion; what both share is the content, not a defect."""
+
+
+def with_reference(signature: type[dspy.Signature]) -> type[dspy.Signature]:
+    """The full-reference form of a signature that shows the VLM `image` (the paper's FR prompts present
+    the distorted and the reference image together).
+
+    A new signature, the given one untouched: `image` is labelled the distorted image, a
+    `reference_image` input follows it, and the instructions say how to use the pair. Derived at call
+    time from whatever signature the module holds, so compiled instructions and demos carry over, and
+    the saved signatures (and their fingerprint) stay the no-reference ones.
+    """
+    if REFERENCE_FIELD in signature.input_fields:
+        return signature
+    names = list(signature.input_fields)
+    if "image" not in names:
+        raise ValueError(f"{signature.__name__} has no `image` input to pair a reference image with")
+    sig = signature.with_updated_fields("image", desc="the distorted image: the image to assess")
+    sig = sig.insert(
+        names.index("image") + 1, REFERENCE_FIELD,
+        dspy.InputField(desc="the reference image: the pristine original the distorted image is compared with"),
+        type_=dspy.Image,
+    )
+    return sig.with_instructions(f"{signature.instructions.rstrip()}\n\n{_FR_INSTRUCTIONS}")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 
 import pytest
 
@@ -109,3 +110,68 @@ def test_transient_http_errors_are_retried(tmp_path, images, status, headers):
     plans = [r for r in srv.requests if route_of(r["body"]) == "plan"]
     assert len(plans) == 2  # the failed call and its retry
     assert result.score is not None and not result.fallbacks
+
+
+def _image_blocks(body: dict) -> list[tuple[str, str]]:
+    """(the field header just before the image, its data URL) for every image in a request, in order."""
+    out, header = [], None
+    for m in body["messages"]:
+        content = m.get("content")
+        for part in content if isinstance(content, list) else [{"type": "text", "text": content or ""}]:
+            if part.get("type") == "text":
+                found = re.findall(r"\[\[ ## (\w+) ## \]\]", part.get("text") or "")
+                header = found[-1] if found else header
+            elif part.get("type") == "image_url":
+                out.append((header, part["image_url"]["url"]))
+    return out
+
+
+def _system(body: dict) -> str:
+    return next(m["content"] for m in body["messages"] if m["role"] == "system")
+
+
+@pytest.mark.parametrize("query,final_route", [("Rate the quality of this photo", "score"),
+                                               ("What is the main distortion? A. Blur B. Noise", "explain")])
+def test_fr_shows_the_reference_image_labelled_where_the_prompts_compare(tmp_path, images, query, final_route):
+    img, ref = images
+    routes = scoring_routes(select=SELECT_FR, explain=valid_reply("explain", final_answer="A"))
+    with FakeOpenAIServer(scripted(routes)) as srv:
+        result = assessor(tmp_path, srv).assess(img, query, ref)
+    assert result.plan.reference_mode == "Full-Reference"
+    by_route = {route_of(r["body"]): r["body"] for r in srv.requests}
+    ref_url = "data:image/png;base64," + base64.b64encode(ref.read_bytes()).decode()
+    img_url = "data:image/jpeg;base64," + base64.b64encode(img.read_bytes()).decode()
+    for route in ("detect", "analyze", final_route):
+        body = by_route[route]
+        # Two images, in order, each under its own field: the distorted one first, then the reference.
+        assert _image_blocks(body) == [("image", img_url), ("reference_image", ref_url)], route
+        system = _system(body)
+        assert "`image` (Image): the distorted image" in system, route
+        assert "`reference_image` (Image): the reference image" in system, route
+        assert "Compare the distorted image with the reference image" in system, route
+    # The planner and tool selection do not compare the pair (reference_mode is decided by code).
+    assert [u for _, u in _image_blocks(by_route["plan"])] == [img_url]
+    assert _image_blocks(by_route["select"]) == []
+
+
+def test_nr_sends_one_image_and_no_reference_field(tmp_path, images):
+    img, _ = images
+    with FakeOpenAIServer(scripted(scoring_routes())) as srv:
+        assessor(tmp_path, srv).assess(img, "Rate the quality of this photo")
+    for r in srv.requests:
+        body = r["body"]
+        if route_of(body) in ("detect", "analyze", "score"):
+            assert [h for h, _ in _image_blocks(body)] == ["image"]
+            assert "reference_image" not in json.dumps(body) and "distorted image" not in _system(body)
+
+
+def test_fr_retry_keeps_the_reference(tmp_path, images):
+    """A rejected FR reply is retried with the same two images (the retry builds on the FR prompt)."""
+    img, ref = images
+    routes = scoring_routes(select=SELECT_FR, detect=["not json at all", valid_reply("detect")])
+    with FakeOpenAIServer(scripted(routes)) as srv:
+        result = assessor(tmp_path, srv).assess(img, "Rate the quality of this photo", ref)
+    detects = [r["body"] for r in srv.requests if route_of(r["body"]) == "detect"]
+    assert len(detects) == 2 and result.retries == 1
+    assert [h for h, _ in _image_blocks(detects[1])] == ["image", "reference_image"]
+    assert "previous reply was rejected" in _system(detects[1]) and "reference_image" in _system(detects[1])

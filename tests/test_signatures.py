@@ -191,6 +191,22 @@ def test_fingerprint_changes_when_a_field_changes(monkeypatch):
     assert signature_fingerprint() != before
 
 
+def test_with_reference_pairs_the_images_and_keeps_the_saved_signatures():
+    from signatures.image import with_reference
+
+    before = signature_fingerprint()
+    compiled = signatures.signatures_by_name()["detect"].with_instructions("compiled wording")
+    fr = with_reference(compiled)
+    assert list(fr.input_fields) == ["query", "image", "reference_image", "query_scope"]
+    assert list(fr.output_fields) == list(compiled.output_fields)
+    assert fr.instructions.startswith("compiled wording") and "reference_image` is its" in fr.instructions
+    assert fr.input_fields["image"].json_schema_extra["desc"].startswith("the distorted image")
+    assert with_reference(fr) is fr  # already paired
+    assert "reference_image" not in compiled.input_fields and signature_fingerprint() == before
+    with pytest.raises(ValueError, match="no `image` input"):
+        with_reference(signatures.signatures_by_name()["select"])
+
+
 # ── paper-style planner fixtures: the four region/tool cases of DESIGN §3 ──────────────────────
 
 

@@ -24,6 +24,7 @@ from agentic_iqa.config import Settings  # noqa: E402
 from agentic_iqa.fusion import ScoreFusion  # noqa: E402
 from agentic_iqa.lm import build_role_lms  # noqa: E402
 from signatures import format_evidence, vlm_image  # noqa: E402
+from signatures.image import REFERENCE_FIELD  # noqa: E402
 from signatures.logprobs import read_level_logprobs  # noqa: E402
 from signatures.models import (  # noqa: E402
     ExecutorOutput,
@@ -78,6 +79,20 @@ class VLMRoles:
 
         return ctx.once("vlm_image", make)
 
+    def _images(self, ctx: AssessmentContext) -> dict[str, dspy.Image]:
+        """The image inputs of a step that looks at the image: in full-reference mode the reference too,
+        labelled, so the VLM compares the pair as the paper's FR prompts do."""
+        images = {"image": self._image(ctx)}
+        if ctx.has_reference:
+            def make() -> dspy.Image:
+                image, note = vlm_image(ctx.reference_path, ctx.settings.pipeline.vlm_image_max_side)
+                if note:
+                    ctx.trace.add("input", "note", f"reference: {note}")
+                return image
+
+            images[REFERENCE_FIELD] = ctx.once("vlm_reference", make)
+        return images
+
     def _call(self, ctx: AssessmentContext, stage: str, module: str, facts: Optional[Facts] = None,
               part: Optional[str] = None, **inputs) -> Any:
         role = AGENT_MODULES[module].role
@@ -117,7 +132,7 @@ class VLMRoles:
 
     def detect(self, ctx: AssessmentContext, plan: PlannerOutput):
         result = self._call(
-            ctx, "detect", "detect", query=ctx.query, image=self._image(ctx), query_scope=plan.query_scope
+            ctx, "detect", "detect", query=ctx.query, **self._images(ctx), query_scope=plan.query_scope
         )
         return result.prediction.distortion_set.root if result.ok else None
 
@@ -125,7 +140,8 @@ class VLMRoles:
         if not distortion_set:
             return None
         result = self._call(
-            ctx, "analyze", "analyze", Facts(distortion_set=distortion_set), query=ctx.query, image=self._image(ctx), distortion_set=distortion_set
+            ctx, "analyze", "analyze", Facts(distortion_set=distortion_set), query=ctx.query, **self._images(ctx),
+            distortion_set=distortion_set,
         )
         return result.prediction.distortion_analysis.root if result.ok else None
 
@@ -153,7 +169,7 @@ class VLMRoles:
         return result.prediction.selected_tools.root if result.ok else None
 
     def summarize(self, ctx: AssessmentContext, plan: PlannerOutput, evidence: ExecutorOutput) -> SummarizerOutput:
-        inputs = dict(query=ctx.query, image=self._image(ctx), evidence=format_evidence(evidence))
+        inputs = dict(query=ctx.query, **self._images(ctx), evidence=format_evidence(evidence))
         options = () if ctx.scoring else tuple(mcq_options(ctx.query))
         result = self._call(ctx, "summarizer", "summarize", Facts(options=options),
                             part="score" if ctx.scoring else "explain", **inputs)
