@@ -77,6 +77,7 @@ class AgenticIQAState(TypedDict):
     trace: Annotated[list["TraceEvent"], operator.add]
     lm_calls: Annotated[int, operator.add]
     retries: Annotated[int, operator.add]
+    image_bytes: NotRequired[Annotated[int, operator.add]]  # image data sent to the VLM, over every request
 
 
 #: The state keys a role may fill once per assessment (`AssessmentContext.once`).
@@ -103,15 +104,17 @@ class Trace:
         self.events: list[TraceEvent] = []
         self.lm_calls = 0
         self.retries = 0
+        self.image_bytes = 0
 
     def add(self, stage: str, kind: str, message: str = "", seconds: float | None = None, **data) -> None:
         with self._lock:
             self.events.append(TraceEvent(stage=stage, kind=kind, message=message, seconds=seconds, data=data))
 
-    def count_lm(self, calls: int, retries: int = 0) -> None:
+    def count_lm(self, calls: int, retries: int = 0, image_bytes: int = 0) -> None:
         with self._lock:
             self.lm_calls += calls
             self.retries += retries
+            self.image_bytes += image_bytes
 
 
 def timings(events: list[TraceEvent]) -> dict[str, float]:

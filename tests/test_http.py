@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import base64
+import io
 import json
 import re
 
@@ -175,3 +176,59 @@ def test_fr_retry_keeps_the_reference(tmp_path, images):
     assert len(detects) == 2 and result.retries == 1
     assert [h for h, _ in _image_blocks(detects[1])] == ["image", "reference_image"]
     assert "previous reply was rejected" in _system(detects[1]) and "reference_image" in _system(detects[1])
+
+
+def _sent_images(srv) -> list[tuple[str, bytes]]:
+    """(MIME type, decoded bytes) of every image in every request the server received."""
+    out = []
+    for r in srv.requests:
+        for _, url in _image_blocks(r["body"]):
+            head, data = url.split(",", 1)
+            out.append((head[len("data:"):].split(";")[0], base64.b64decode(data)))
+    return out
+
+
+@pytest.mark.parametrize("with_reference", [False, True])
+def test_trace_states_the_image_bytes_sent(tmp_path, images, with_reference):
+    img, ref = images
+    # One rejected detection reply: its retry sends the image again, and that counts too.
+    routes = scoring_routes(select=SELECT_FR if with_reference else SELECT_PIQE,
+                            detect=["not json", valid_reply("detect")])
+    with FakeOpenAIServer(scripted(routes)) as srv:
+        result = assessor(tmp_path, srv).assess(img, "Rate the quality of this photo", ref if with_reference else None)
+    sent = _sent_images(srv)
+    assert result.image_bytes_sent == sum(len(b) for _, b in sent) > 0
+    assert len(sent) == 5 + 4 * with_reference  # plan, detect ×2, analyze, score (+ the reference but for plan)
+    calls = [e for e in result.trace if e.kind == "lm_call"]
+    per_call = {e.stage: e.data["image_bytes"] for e in calls}
+    assert per_call["select"] == 0 and per_call["planner"] == img.stat().st_size
+    assert per_call["detect"] == img.stat().st_size + (ref.stat().st_size if with_reference else 0)
+    assert f"{per_call['detect']:,} bytes per request" in next(e.message for e in calls if e.stage == "detect")
+
+
+def test_jpeg_transport_sends_image_jpeg_and_the_trace_counts_it(tmp_path, images):
+    from PIL import Image
+
+    _, png = images  # a PNG: the default sends its bytes as they are, jpeg:80 a JPEG copy
+    with FakeOpenAIServer(scripted(scoring_routes())) as srv:
+        result = assessor(tmp_path, srv, image_transport="jpeg:80").assess(png, "Rate the quality of this photo")
+    sent = _sent_images(srv)
+    assert sent and {mime for mime, _ in sent} == {"image/jpeg"}
+    assert result.image_bytes_sent == sum(len(b) for _, b in sent)
+    decoded = Image.open(io.BytesIO(sent[0][1]))
+    assert decoded.format == "JPEG" and decoded.size == Image.open(png).size
+    assert any("re-encoded PNG" in n and "JPEG (quality 80)" in n and "image_transport: jpeg:80" in n for n in result.notes)
+    tools = [lg for lg in result.evidence.tool_logs if lg.ok]
+    assert tools  # the tools still read the PNG file itself
+
+
+def test_side_transport_downscales_for_the_vlm_only(tmp_path, images):
+    from PIL import Image
+
+    img, _ = images  # 96×72
+    with FakeOpenAIServer(scripted(scoring_routes())) as srv:
+        result = assessor(tmp_path, srv, image_transport="side:64").assess(img, "Rate the quality of this photo")
+    sent = _sent_images(srv)
+    assert {Image.open(io.BytesIO(b)).size for _, b in sent} == {(64, 48)}
+    assert {mime for mime, _ in sent} == {"image/png"}  # auto encoding: lossless below the provider limit
+    assert result.image_bytes_sent == sum(len(b) for _, b in sent)
