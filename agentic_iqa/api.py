@@ -42,6 +42,7 @@ class AssessmentResult(BaseModel):
     total_seconds: float = 0.0
     lm_calls: int = 0
     retries: int = 0
+    image_bytes_sent: int = 0           # image data in the VLM requests made (image_transport decides how much)
     fallbacks: list[str] = []
     notes: list[str] = []
     trace: list[TraceEvent] = []
@@ -250,6 +251,7 @@ class Assessor:
             "trace": [TraceEvent(stage="input", kind="note", message=n) for n in notes],
             "lm_calls": 0,
             "retries": 0,
+            "image_bytes": 0,
         }
         return _Run(state, tmp_dir, given_reference if given_reference != reference_path else None)
 
@@ -305,6 +307,7 @@ def result_from_state(final: dict, total_seconds: float = 0.0) -> AssessmentResu
         total_seconds=round(total_seconds, 4),
         lm_calls=final.get("lm_calls", 0),
         retries=final.get("retries", 0),
+        image_bytes_sent=final.get("image_bytes", 0),
         fallbacks=fallbacks(events),
         notes=notes(events),
         trace=events,

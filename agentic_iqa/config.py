@@ -107,12 +107,50 @@ class PipelineConfig(BaseModel):
     max_retries: int = Field(3, ge=0)
     fusion: FusionSettings = FusionSettings()
     vlm_image_max_side: int = Field(2048, ge=64)
+    # How images travel to the VLM: auto | original | jpeg[:Q] | side:N | jpeg:Q,side:N (signatures/image.py).
+    image_transport: str = "auto"
     max_image_pixels: int = Field(100_000_000, gt=0)
     max_query_chars: int = Field(2000, gt=0)
     lm_history: bool = False  # keep DSPy's per-call history and trace (dspy.inspect_history); they hold every image
     cache: CacheSettings = CacheSettings()
     tools: ToolSettings = ToolSettings()
     programs: dict[str, Path] = {}
+
+
+    @field_validator("image_transport")
+    @classmethod
+    def _transport_form(cls, v: str) -> str:
+        kind, quality, side = image_transport_parts(v)
+        parts = [] if kind == "auto" and side else [kind if quality is None else f"{kind}:{quality}"]
+        return ",".join(parts + ([f"side:{side}"] if side else []))
+
+
+def image_transport_parts(text: str) -> tuple[str, Optional[int], Optional[int]]:
+    """`image_transport` as (auto | original | jpeg, JPEG quality or None, longest side or None).
+
+    "auto", "original", "jpeg" (quality 90), "jpeg:80", "side:1024" (auto encoding at most 1024 px),
+    "jpeg:85,side:1024". A ValueError names the accepted forms."""
+    kind, quality, side = "auto", None, None
+    forms = "auto, original, jpeg, jpeg:Q (Q 1-100), side:N (N >= 64 pixels) or jpeg:Q,side:N"
+    seen = set()
+    for part in (p.strip().lower() for p in str(text).split(",")):
+        name, _, value = part.partition(":")
+        if name in seen or name not in ("auto", "original", "jpeg", "side") or (value and name in ("auto", "original")):
+            raise ValueError(f"image_transport {text!r} is not one of: {forms}")
+        seen.add(name)
+        if name == "side":
+            if not value.isdigit() or int(value) < 64:
+                raise ValueError(f"image_transport {text!r}: side needs a whole number of pixels >= 64 (side:1024)")
+            side = int(value)
+        elif name == "jpeg" and value:
+            if not value.isdigit() or not 1 <= int(value) <= 100:
+                raise ValueError(f"image_transport {text!r}: the JPEG quality is a whole number 1-100 (jpeg:90)")
+            kind, quality = "jpeg", int(value)
+        else:
+            kind = name
+    if len(seen & {"auto", "original", "jpeg"}) > 1 or ("original" in seen and side):
+        raise ValueError(f"image_transport {text!r} combines forms that contradict each other; use one of: {forms}")
+    return kind, quality, side
 
 
 class Settings(BaseModel):

@@ -75,7 +75,8 @@ def _stage(name: str, body: Callable, on_error: Callable) -> tuple[Callable, Cal
         ctx.emit({"stage": name, "event": "end", "seconds": dt})
         update.update(out or {})
         update.update(ctx.updates)
-        update.update(trace=ctx.trace.events, lm_calls=ctx.trace.lm_calls, retries=ctx.trace.retries)
+        update.update(trace=ctx.trace.events, lm_calls=ctx.trace.lm_calls, retries=ctx.trace.retries,
+                      image_bytes=ctx.trace.image_bytes)
         return update
 
     def node(state: AgenticIQAState, runtime: Runtime[GraphContext]) -> dict:

@@ -68,6 +68,7 @@ class AgenticIQAState(TypedDict):
     replan_reason: NotRequired[Optional[str]]
     # Computed once per assessment, on first use.
     vlm_image: NotRequired[Annotated[Optional[Any], keep_first]]          # dspy.Image sent to the VLM
+    vlm_reference: NotRequired[Annotated[Optional[Any], keep_first]]      # the reference's, in FR mode
     image_pixels: NotRequired[Annotated[Optional[Any], keep_first]]       # float RGB array (offline analyst)
     reference_pixels: NotRequired[Annotated[Optional[Any], keep_first]]
     offline_analyses: NotRequired[Annotated[Optional[dict], keep_first]]  # offline severity statistics
@@ -76,10 +77,11 @@ class AgenticIQAState(TypedDict):
     trace: Annotated[list["TraceEvent"], operator.add]
     lm_calls: Annotated[int, operator.add]
     retries: Annotated[int, operator.add]
+    image_bytes: NotRequired[Annotated[int, operator.add]]  # image data sent to the VLM, over every request
 
 
 #: The state keys a role may fill once per assessment (`AssessmentContext.once`).
-ONCE_KEYS = frozenset({"vlm_image", "image_pixels", "reference_pixels", "offline_analyses"})
+ONCE_KEYS = frozenset({"vlm_image", "vlm_reference", "image_pixels", "reference_pixels", "offline_analyses"})
 
 
 class TraceEvent(BaseModel):
@@ -102,15 +104,17 @@ class Trace:
         self.events: list[TraceEvent] = []
         self.lm_calls = 0
         self.retries = 0
+        self.image_bytes = 0
 
     def add(self, stage: str, kind: str, message: str = "", seconds: float | None = None, **data) -> None:
         with self._lock:
             self.events.append(TraceEvent(stage=stage, kind=kind, message=message, seconds=seconds, data=data))
 
-    def count_lm(self, calls: int, retries: int = 0) -> None:
+    def count_lm(self, calls: int, retries: int = 0, image_bytes: int = 0) -> None:
         with self._lock:
             self.lm_calls += calls
             self.retries += retries
+            self.image_bytes += image_bytes
 
 
 def timings(events: list[TraceEvent]) -> dict[str, float]:

@@ -23,7 +23,7 @@ _EXPORTS = {
     "signatures.planner": ["PlanSignature"],
     "signatures.executor": ["DetectDistortionsSignature", "AnalyzeDistortionsSignature", "SelectToolsSignature"],
     "signatures.summarizer": ["ExplainSignature", "ScoreSignature", "format_evidence"],
-    "signatures.image": ["vlm_image"],
+    "signatures.image": ["vlm_image", "with_reference", "REFERENCE_FIELD"],
     "signatures.logprobs": ["LevelReading", "level_logprobs", "read_level_logprobs", "token_logprobs"],
     "signatures.vocabulary": ["SEVERITY_RANK", "SCORE_LEVELS", "normalize_level", "normalize_severity"],
     "signatures.models": [

@@ -113,3 +113,21 @@ def test_verbose_offline_does_not_claim_vlm_probabilities(tmp_path):
     tools = [line.split("│")[1].strip() for line in proc.stdout.splitlines()
              if line.startswith("│ ") and line.count("│") >= 6]  # rows of the tools table
     assert tools and len(tools) == len(set(tools)), proc.stdout
+
+
+@pytest.mark.parametrize("value,needle", [("png", "is not one of"), ("jpeg:0", "quality is a whole number 1-100"),
+                                          ("original,side:512", "contradict")])
+def test_bad_image_transport_is_one_line(value, needle):
+    res = CliRunner().invoke(app, ["assess", "example:chelsea", "--offline", "--image-transport", value])
+    assert res.exit_code == 2 and needle in res.output and "image_transport" in res.output
+    assert "Traceback" not in res.output and len(res.output.strip().splitlines()) <= 2
+
+
+def test_image_transport_in_pipeline_yaml_is_checked(tmp_path):
+    from agentic_iqa.config import ConfigError, load_settings
+
+    (tmp_path / "pipeline.yaml").write_text("image_transport: 'jpeg:85, side:1024'\n")
+    assert load_settings(tmp_path).pipeline.image_transport == "jpeg:85,side:1024"
+    (tmp_path / "pipeline.yaml").write_text("image_transport: webp\n")
+    with pytest.raises(ConfigError, match="pipeline.yaml.*image_transport"):
+        load_settings(tmp_path)

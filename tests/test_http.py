@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import base64
+import io
 import json
+import re
 
 import pytest
 
@@ -109,3 +111,124 @@ def test_transient_http_errors_are_retried(tmp_path, images, status, headers):
     plans = [r for r in srv.requests if route_of(r["body"]) == "plan"]
     assert len(plans) == 2  # the failed call and its retry
     assert result.score is not None and not result.fallbacks
+
+
+def _image_blocks(body: dict) -> list[tuple[str, str]]:
+    """(the field header just before the image, its data URL) for every image in a request, in order."""
+    out, header = [], None
+    for m in body["messages"]:
+        content = m.get("content")
+        for part in content if isinstance(content, list) else [{"type": "text", "text": content or ""}]:
+            if part.get("type") == "text":
+                found = re.findall(r"\[\[ ## (\w+) ## \]\]", part.get("text") or "")
+                header = found[-1] if found else header
+            elif part.get("type") == "image_url":
+                out.append((header, part["image_url"]["url"]))
+    return out
+
+
+def _system(body: dict) -> str:
+    return next(m["content"] for m in body["messages"] if m["role"] == "system")
+
+
+@pytest.mark.parametrize("query,final_route", [("Rate the quality of this photo", "score"),
+                                               ("What is the main distortion? A. Blur B. Noise", "explain")])
+def test_fr_shows_the_reference_image_labelled_where_the_prompts_compare(tmp_path, images, query, final_route):
+    img, ref = images
+    routes = scoring_routes(select=SELECT_FR, explain=valid_reply("explain", final_answer="A"))
+    with FakeOpenAIServer(scripted(routes)) as srv:
+        result = assessor(tmp_path, srv).assess(img, query, ref)
+    assert result.plan.reference_mode == "Full-Reference"
+    by_route = {route_of(r["body"]): r["body"] for r in srv.requests}
+    ref_url = "data:image/png;base64," + base64.b64encode(ref.read_bytes()).decode()
+    img_url = "data:image/jpeg;base64," + base64.b64encode(img.read_bytes()).decode()
+    for route in ("detect", "analyze", final_route):
+        body = by_route[route]
+        # Two images, in order, each under its own field: the distorted one first, then the reference.
+        assert _image_blocks(body) == [("image", img_url), ("reference_image", ref_url)], route
+        system = _system(body)
+        assert "`image` (Image): the distorted image" in system, route
+        assert "`reference_image` (Image): the reference image" in system, route
+        assert "Compare the distorted image with the reference image" in system, route
+    # The planner and tool selection do not compare the pair (reference_mode is decided by code).
+    assert [u for _, u in _image_blocks(by_route["plan"])] == [img_url]
+    assert _image_blocks(by_route["select"]) == []
+
+
+def test_nr_sends_one_image_and_no_reference_field(tmp_path, images):
+    img, _ = images
+    with FakeOpenAIServer(scripted(scoring_routes())) as srv:
+        assessor(tmp_path, srv).assess(img, "Rate the quality of this photo")
+    for r in srv.requests:
+        body = r["body"]
+        if route_of(body) in ("detect", "analyze", "score"):
+            assert [h for h, _ in _image_blocks(body)] == ["image"]
+            assert "reference_image" not in json.dumps(body) and "distorted image" not in _system(body)
+
+
+def test_fr_retry_keeps_the_reference(tmp_path, images):
+    """A rejected FR reply is retried with the same two images (the retry builds on the FR prompt)."""
+    img, ref = images
+    routes = scoring_routes(select=SELECT_FR, detect=["not json at all", valid_reply("detect")])
+    with FakeOpenAIServer(scripted(routes)) as srv:
+        result = assessor(tmp_path, srv).assess(img, "Rate the quality of this photo", ref)
+    detects = [r["body"] for r in srv.requests if route_of(r["body"]) == "detect"]
+    assert len(detects) == 2 and result.retries == 1
+    assert [h for h, _ in _image_blocks(detects[1])] == ["image", "reference_image"]
+    assert "previous reply was rejected" in _system(detects[1]) and "reference_image" in _system(detects[1])
+
+
+def _sent_images(srv) -> list[tuple[str, bytes]]:
+    """(MIME type, decoded bytes) of every image in every request the server received."""
+    out = []
+    for r in srv.requests:
+        for _, url in _image_blocks(r["body"]):
+            head, data = url.split(",", 1)
+            out.append((head[len("data:"):].split(";")[0], base64.b64decode(data)))
+    return out
+
+
+@pytest.mark.parametrize("with_reference", [False, True])
+def test_trace_states_the_image_bytes_sent(tmp_path, images, with_reference):
+    img, ref = images
+    # One rejected detection reply: its retry sends the image again, and that counts too.
+    routes = scoring_routes(select=SELECT_FR if with_reference else SELECT_PIQE,
+                            detect=["not json", valid_reply("detect")])
+    with FakeOpenAIServer(scripted(routes)) as srv:
+        result = assessor(tmp_path, srv).assess(img, "Rate the quality of this photo", ref if with_reference else None)
+    sent = _sent_images(srv)
+    assert result.image_bytes_sent == sum(len(b) for _, b in sent) > 0
+    assert len(sent) == 5 + 4 * with_reference  # plan, detect ×2, analyze, score (+ the reference but for plan)
+    calls = [e for e in result.trace if e.kind == "lm_call"]
+    per_call = {e.stage: e.data["image_bytes"] for e in calls}
+    assert per_call["select"] == 0 and per_call["planner"] == img.stat().st_size
+    assert per_call["detect"] == img.stat().st_size + (ref.stat().st_size if with_reference else 0)
+    assert f"{per_call['detect']:,} bytes per request" in next(e.message for e in calls if e.stage == "detect")
+
+
+def test_jpeg_transport_sends_image_jpeg_and_the_trace_counts_it(tmp_path, images):
+    from PIL import Image
+
+    _, png = images  # a PNG: the default sends its bytes as they are, jpeg:80 a JPEG copy
+    with FakeOpenAIServer(scripted(scoring_routes())) as srv:
+        result = assessor(tmp_path, srv, image_transport="jpeg:80").assess(png, "Rate the quality of this photo")
+    sent = _sent_images(srv)
+    assert sent and {mime for mime, _ in sent} == {"image/jpeg"}
+    assert result.image_bytes_sent == sum(len(b) for _, b in sent)
+    decoded = Image.open(io.BytesIO(sent[0][1]))
+    assert decoded.format == "JPEG" and decoded.size == Image.open(png).size
+    assert any("re-encoded PNG" in n and "JPEG (quality 80)" in n and "image_transport: jpeg:80" in n for n in result.notes)
+    tools = [lg for lg in result.evidence.tool_logs if lg.ok]
+    assert tools  # the tools still read the PNG file itself
+
+
+def test_side_transport_downscales_for_the_vlm_only(tmp_path, images):
+    from PIL import Image
+
+    img, _ = images  # 96×72
+    with FakeOpenAIServer(scripted(scoring_routes())) as srv:
+        result = assessor(tmp_path, srv, image_transport="side:64").assess(img, "Rate the quality of this photo")
+    sent = _sent_images(srv)
+    assert {Image.open(io.BytesIO(b)).size for _, b in sent} == {(64, 48)}
+    assert {mime for mime, _ in sent} == {"image/png"}  # auto encoding: lossless below the provider limit
+    assert result.image_bytes_sent == sum(len(b) for _, b in sent)

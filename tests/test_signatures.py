@@ -31,6 +31,7 @@ from signatures import (
     token_logprobs,
     vlm_image,
 )
+from signatures.image import image_bytes
 from signatures.logprobs import MISSING_LOGPROB
 from signatures.models import (
     DistortionAnalysis,
@@ -191,6 +192,22 @@ def test_fingerprint_changes_when_a_field_changes(monkeypatch):
     assert signature_fingerprint() != before
 
 
+def test_with_reference_pairs_the_images_and_keeps_the_saved_signatures():
+    from signatures.image import with_reference
+
+    before = signature_fingerprint()
+    compiled = signatures.signatures_by_name()["detect"].with_instructions("compiled wording")
+    fr = with_reference(compiled)
+    assert list(fr.input_fields) == ["query", "image", "reference_image", "query_scope"]
+    assert list(fr.output_fields) == list(compiled.output_fields)
+    assert fr.instructions.startswith("compiled wording") and "reference_image` is its" in fr.instructions
+    assert fr.input_fields["image"].json_schema_extra["desc"].startswith("the distorted image")
+    assert with_reference(fr) is fr  # already paired
+    assert "reference_image" not in compiled.input_fields and signature_fingerprint() == before
+    with pytest.raises(ValueError, match="no `image` input"):
+        with_reference(signatures.signatures_by_name()["select"])
+
+
 # ── paper-style planner fixtures: the four region/tool cases of DESIGN §3 ──────────────────────
 
 
@@ -268,6 +285,31 @@ def test_unsupported_format_converted_to_png(tmp_path):
     import numpy as np
 
     assert np.array_equal(np.asarray(decoded.convert("RGB")), np.asarray(Image.open(path).convert("RGB")))  # lossless
+
+
+def test_auto_transport_keeps_bytes_below_the_limit_and_sends_jpeg_95_above(tmp_path):
+    path = write_test_image(tmp_path / "big.png", size=(200, 150), fmt="PNG")
+    size = path.stat().st_size
+    img, note = vlm_image(path, transport="auto", max_bytes=size)
+    assert note is None and base64.b64decode(img.url.split(",", 1)[1]) == path.read_bytes()
+    img, note = vlm_image(path, transport="auto", max_bytes=size - 1)
+    assert img.url.startswith("data:image/jpeg;base64,")
+    assert note == (f"re-encoded PNG ({size:,} bytes) as JPEG (quality 95) for the VLM (lossless would exceed "
+                    f"{size - 1:,} bytes); tools use the original")
+    assert vlm_image(path, transport="original", max_bytes=1)[1] is None  # original: the file, whatever its size
+
+
+def test_jpeg_transport(tmp_path):
+    jpeg = write_test_image(tmp_path / "a.jpg", size=(80, 60))
+    assert vlm_image(jpeg, transport="jpeg", quality=50)[1] is None  # a JPEG within limits goes as it is
+    rgba = tmp_path / "t.png"
+    Image.new("RGBA", (40, 30), (0, 0, 0, 0)).save(rgba)
+    img, note = vlm_image(rgba, transport="jpeg", quality=90)
+    decoded = Image.open(io.BytesIO(base64.b64decode(img.url.split(",", 1)[1])))
+    assert decoded.format == "JPEG" and decoded.getpixel((5, 5)) == (255, 255, 255)  # transparent → white
+    img, note = vlm_image(jpeg, transport="jpeg", quality=70, side=40)
+    assert note == "downscaled 80×60 → 40×30 JPEG (quality 70) for the VLM; tools use the original"
+    assert image_bytes(img) == len(base64.b64decode(img.url.split(",", 1)[1]))
 
 
 def test_16_bit_image_is_scaled_not_saturated(tmp_path):

@@ -17,8 +17,9 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import dspy  # noqa: E402
 
-from agentic_iqa.agents.structured import StructuredPredict, StructuredResult, Validator  # noqa: E402
+from agentic_iqa.agents.structured import StructuredPredict, StructuredResult, Validator, _derived_from  # noqa: E402
 from signatures import signatures_by_name  # noqa: E402
+from signatures.image import REFERENCE_FIELD, with_reference  # noqa: E402
 from signatures.models import PlannerDecision, ToolAssignment, check_analysis_matches  # noqa: E402
 
 
@@ -129,8 +130,22 @@ class AgentModule(dspy.Module):
     def part(self, part: Optional[str] = None) -> StructuredPredict:
         return getattr(self, self.parts[part] if part else next(iter(self.parts.values())))
 
+    def _signature_for(self, predictor: StructuredPredict, inputs: dict) -> Optional[type[dspy.Signature]]:
+        """The signature this call needs when it differs from the module's: with a reference image, the
+        full-reference form (made once per signature; the module's own, possibly compiled, one is its base)."""
+        if inputs.get(REFERENCE_FIELD) is None:
+            inputs.pop(REFERENCE_FIELD, None)  # no reference: the prompt is the no-reference one, one image
+            return None
+        base = predictor.signature
+        memo = _derived_from(base)
+        if "with reference" not in memo:
+            memo["with reference"] = with_reference(base)
+        return memo["with reference"]
+
     def forward(self, part: Optional[str] = None, facts: Any = None, **inputs: Any) -> StructuredResult:
-        return self.part(part)(facts=facts, **inputs)
+        predictor = self.part(part)
+        return predictor(facts=facts, signature=self._signature_for(predictor, inputs), **inputs)
 
     async def aforward(self, part: Optional[str] = None, facts: Any = None, **inputs: Any) -> StructuredResult:
-        return await self.part(part).acall(facts=facts, **inputs)
+        predictor = self.part(part)
+        return await predictor.acall(facts=facts, signature=self._signature_for(predictor, inputs), **inputs)

@@ -284,8 +284,7 @@ class StructuredPredict(dspy.Module):
     def signature(self) -> type[dspy.Signature]:
         return self.predict.signature
 
-    def _retry_signature(self, errors: list[str]) -> type[dspy.Signature]:
-        base = self.predict.signature  # read per call: an optimizer may have replaced it
+    def _retry_signature(self, errors: list[str], base: type[dspy.Signature]) -> type[dspy.Signature]:
         fields = ", ".join(f"`{name}`" for name in base.output_fields)
         feedback = (
             f"{base.instructions}\n\n"
@@ -313,14 +312,19 @@ class StructuredPredict(dspy.Module):
         logger.error("%s: no valid output after %d attempts; last error: %s", name, attempts, errors[-1][:500])
         return StructuredResult(None, attempts, errors, name)
 
-    def _attempts(self, inputs: dict[str, Any], facts: Any) -> Generator[dict, dspy.Prediction, StructuredResult]:
+    def _attempts(self, inputs: dict[str, Any], facts: Any,
+                  signature: Optional[type[dspy.Signature]] = None) -> Generator[dict, dspy.Prediction, StructuredResult]:
         """The one retry loop, shared by `forward` and `aforward`: yields each call's arguments and is
-        sent the prediction (or thrown the adapter's parse error); returns the StructuredResult."""
+        sent the prediction (or thrown the adapter's parse error); returns the StructuredResult.
+        `signature`: this call's form of the module's signature (e.g. `with_reference`); retries build on it."""
         errors: list[str] = []
+        base = signature or self.predict.signature  # read per call: an optimizer may have replaced it
         for attempt in range(1, self.max_retries + 2):
             call = dict(inputs)
             if errors:
-                call["signature"] = self._retry_signature(errors)
+                call["signature"] = self._retry_signature(errors, base)
+            elif signature is not None:
+                call["signature"] = signature
             try:
                 prediction = yield call
             except AdapterParseError as exc:  # not JSON, a missing field, or a type/validator violation
@@ -334,9 +338,10 @@ class StructuredPredict(dspy.Module):
             return StructuredResult(prediction, attempt, errors, self.predict.signature.__name__)
         return self._give_up(self.max_retries + 1, errors)
 
-    def forward(self, facts: Any = None, **inputs: Any) -> StructuredResult:
-        """`facts`: what `validate` checks the reply against (known tools, the distortion set, ...)."""
-        loop = self._attempts(inputs, facts)
+    def forward(self, facts: Any = None, signature: Optional[type[dspy.Signature]] = None, **inputs: Any) -> StructuredResult:
+        """`facts`: what `validate` checks the reply against (known tools, the distortion set, ...);
+        `signature`: a form of the module's signature for this call only (same outputs, e.g. an extra input)."""
+        loop = self._attempts(inputs, facts, signature)
         try:
             call = next(loop)
             while True:
@@ -350,8 +355,9 @@ class StructuredPredict(dspy.Module):
         except StopIteration as done:
             return done.value
 
-    async def aforward(self, facts: Any = None, **inputs: Any) -> StructuredResult:
-        loop = self._attempts(inputs, facts)
+    async def aforward(self, facts: Any = None, signature: Optional[type[dspy.Signature]] = None,
+                       **inputs: Any) -> StructuredResult:
+        loop = self._attempts(inputs, facts, signature)
         try:
             call = next(loop)
             while True:

@@ -22,10 +22,11 @@ from agentic_iqa.agents.modules import AGENT_MODULES, MODULE_NAMES, AgentModule,
 from agentic_iqa.agents.steps import LMCall, Steps  # noqa: E402
 from agentic_iqa.agents.structured import StructuredResult  # noqa: E402
 from agentic_iqa.agents.tool_execution import unique_tool_scores  # noqa: E402
-from agentic_iqa.config import Settings  # noqa: E402
+from agentic_iqa.config import Settings, image_transport_parts  # noqa: E402
 from agentic_iqa.fusion import ScoreFusion  # noqa: E402
 from agentic_iqa.lm import build_role_lms  # noqa: E402
 from signatures import format_evidence, vlm_image  # noqa: E402
+from signatures.image import REFERENCE_FIELD, image_bytes  # noqa: E402
 from signatures.logprobs import read_level_logprobs  # noqa: E402
 from signatures.models import (  # noqa: E402
     ExecutorOutput,
@@ -71,14 +72,24 @@ class VLMRoles:
 
     # ── helpers ─────────────────────────────────────────────────────────────────────────────────
 
-    def _image(self, ctx: AssessmentContext) -> dspy.Image:
-        def make() -> dspy.Image:
-            image, note = vlm_image(ctx.image_path, ctx.settings.pipeline.vlm_image_max_side)
-            if note:
-                ctx.trace.add("input", "note", note)
-            return image
+    def _encode(self, ctx: AssessmentContext, path, label: str = "") -> dspy.Image:
+        p = ctx.settings.pipeline
+        transport, quality, side = image_transport_parts(p.image_transport)
+        image, note = vlm_image(path, p.vlm_image_max_side, transport=transport, quality=quality, side=side)
+        if note:
+            ctx.trace.add("input", "note", f"{label}{note} (image_transport: {p.image_transport})")
+        return image
 
-        return ctx.once("vlm_image", make)
+    def _image(self, ctx: AssessmentContext) -> dspy.Image:
+        return ctx.once("vlm_image", lambda: self._encode(ctx, ctx.image_path))
+
+    def _images(self, ctx: AssessmentContext) -> dict[str, dspy.Image]:
+        """The image inputs of a step that looks at the image: in full-reference mode the reference too,
+        labelled, so the VLM compares the pair as the paper's FR prompts do."""
+        images = {"image": self._image(ctx)}
+        if ctx.has_reference:
+            images[REFERENCE_FIELD] = ctx.once("vlm_reference", lambda: self._encode(ctx, ctx.reference_path, "reference: "))
+        return images
 
     def _call(self, ctx: AssessmentContext, stage: str, module: str, facts: Optional[Facts] = None,
               part: Optional[str] = None, **inputs) -> Steps[StructuredResult]:
@@ -87,7 +98,10 @@ class VLMRoles:
         lm = self.lms.get(role)
         if lm is None:
             raise RuntimeError(f"no LM configured for the {role} role")
-        ctx.trace.add(stage, "lm_call", f"{module} via {lm.model}")
+        images = [v for v in inputs.values() if isinstance(v, dspy.Image)]
+        per_request = sum(map(image_bytes, images))
+        sent = f"; {len(images)} image(s), {per_request:,} bytes per request" if images else ""
+        ctx.trace.add(stage, "lm_call", f"{module} via {lm.model}{sent}", image_bytes=per_request)
         # DSPy otherwise keeps every request, image included, in its history and trace (up to 10,000
         # entries per process): a long-lived service would grow by the size of each image, per call.
         quiet = {} if ctx.settings.pipeline.lm_history else {"disable_history": True, "trace": None}
@@ -97,12 +111,12 @@ class VLMRoles:
         try:
             result: StructuredResult = yield call
         except Exception:
-            ctx.trace.count_lm(call.requests, max(0, call.requests - 1))
+            ctx.trace.count_lm(call.requests, max(0, call.requests - 1), image_bytes=per_request * call.requests)
             raise
         if call.requests:
-            ctx.trace.count_lm(call.requests, call.requests - 1)
+            ctx.trace.count_lm(call.requests, call.requests - 1, image_bytes=per_request * call.requests)
         else:
-            ctx.trace.count_lm(result.lm_calls, result.retries)
+            ctx.trace.count_lm(result.lm_calls, result.retries, image_bytes=per_request * result.lm_calls)
         for err in result.errors:
             ctx.trace.add(stage, "retry", err[:500])
         if not result.ok:
@@ -129,7 +143,7 @@ class VLMRoles:
 
     def detect(self, ctx: AssessmentContext, plan: PlannerOutput):
         result = yield from self._call(
-            ctx, "detect", "detect", query=ctx.query, image=self._image(ctx), query_scope=plan.query_scope
+            ctx, "detect", "detect", query=ctx.query, **self._images(ctx), query_scope=plan.query_scope
         )
         return result.prediction.distortion_set.root if result.ok else None
 
@@ -137,7 +151,8 @@ class VLMRoles:
         if not distortion_set:
             return None
         result = yield from self._call(
-            ctx, "analyze", "analyze", Facts(distortion_set=distortion_set), query=ctx.query, image=self._image(ctx), distortion_set=distortion_set
+            ctx, "analyze", "analyze", Facts(distortion_set=distortion_set), query=ctx.query, **self._images(ctx),
+            distortion_set=distortion_set,
         )
         return result.prediction.distortion_analysis.root if result.ok else None
 
@@ -165,7 +180,7 @@ class VLMRoles:
         return result.prediction.selected_tools.root if result.ok else None
 
     def summarize(self, ctx: AssessmentContext, plan: PlannerOutput, evidence: ExecutorOutput) -> Steps[SummarizerOutput]:
-        inputs = dict(query=ctx.query, image=self._image(ctx), evidence=format_evidence(evidence))
+        inputs = dict(query=ctx.query, **self._images(ctx), evidence=format_evidence(evidence))
         options = () if ctx.scoring else tuple(mcq_options(ctx.query))
         result = yield from self._call(ctx, "summarizer", "summarize", Facts(options=options),
                             part="score" if ctx.scoring else "explain", **inputs)

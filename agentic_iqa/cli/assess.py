@@ -33,6 +33,10 @@ def assess_command(
     device: Optional[str] = typer.Option(None, "--device", help=DEVICE_HELP),
     weights_dir: Optional[Path] = typer.Option(None, "--weights-dir", help=WEIGHTS_DIR_HELP),
     offline: bool = flag("--offline", help="Use the offline analyst even if an LM is configured."),
+    image_transport: Optional[str] = typer.Option(
+        None, "--image-transport",
+        help="How images travel to the VLM: auto (the file's bytes; lossless / JPEG 95 only above 3.75 MB), original, "
+             "jpeg[:Q], side:N, jpeg:Q,side:N. Default: image_transport in pipeline.yaml (auto). Tools always read the file."),
     mode: str = typer.Option("auto", "--mode", help="auto | score | answer."),
     program: List[str] = typer.Option([], "--program", help="Compiled program JSON to use (repeatable)."),
     no_cache: bool = flag("--no-cache", help="Do not read or write the tool-score cache."),
@@ -69,7 +73,7 @@ def assess_command(
         fail(f"--mode must be auto, score or answer (got {mode!r})")
     images = list(images or [])
     _refuse_flag_values(images)
-    tool_options = (device, weights_dir)
+    tool_options = (device, weights_dir, image_transport)
     if resume and overwrite:
         fail("--resume and --overwrite contradict each other; choose one")
     is_batch = manifest is not None or out is not None or len(images) > 1 or (len(images) == 1 and Path(images[0]).is_dir())
@@ -122,13 +126,16 @@ def _refuse_flag_values(images: List[str]) -> None:
                  f"(write --offline, not --offline {word})")
 
 
-def _settings(lm, api_base, config, offline, programs, tool_options=(None, None)):
+def _settings(lm, api_base, config, offline, programs, tool_options=(None, None, None)):
+    """`tool_options`: (--device, --weights-dir, --image-transport)."""
     from agentic_iqa.cli.common import with_tool_options
     from agentic_iqa.config import load_settings
     from agentic_iqa.programs import read_program
 
-    settings = with_tool_options(load_settings(config, lm=lm, api_base=api_base, backend="offline" if offline else None),
-                                 *tool_options)
+    device, weights_dir, transport = (*tool_options, None)[:3]
+    overrides = {"image_transport": transport} if transport is not None else {}
+    settings = with_tool_options(load_settings(config, lm=lm, api_base=api_base, backend="offline" if offline else None,
+                                               **overrides), device, weights_dir)
     for spec in programs:
         module, _, path = spec.rpartition("=")
         header = read_program(path)[0]  # checked now, model or not: a bad file is one line at once
@@ -146,7 +153,7 @@ def _settings(lm, api_base, config, offline, programs, tool_options=(None, None)
 
 
 def _single(image, query, reference, lm, api_base, config, offline, mode, program, no_cache, resize_reference,
-            as_json, save_trace, verbose, tool_options=(None, None)) -> None:
+            as_json, save_trace, verbose, tool_options=(None, None, None)) -> None:
     from agentic_iqa.config import ConfigError
 
     try:
@@ -192,7 +199,7 @@ def _save_trace(result, path: Path) -> None:
 
 
 def _run(image, query, reference, lm, api_base, config, offline, mode, programs, no_cache, show_progress,
-         resize_reference=False, tool_options=(None, None)):
+         resize_reference=False, tool_options=(None, None, None)):
     from agentic_iqa.api import Assessor
     from iqa_tools.examples import resolve_example
 
@@ -286,6 +293,8 @@ def render(result, verbose: bool = False) -> None:
         if not any(n.startswith("configuration read from") for n in result.notes):
             con.print("[dim]configuration: package defaults (no config files read)[/]")
         con.print(f"[dim]timings: {escape(json.dumps(result.timings))} · total {result.total_seconds:.2f} s · LM calls {result.lm_calls} · retries {result.retries} · replans {result.replans}[/]")
+        if result.lm_calls:
+            con.print(f"[dim]images sent to the VLM: {result.image_bytes_sent:,} bytes over {result.lm_calls} LM call(s)[/]")
 
 
 def tool_runs(logs) -> list:
@@ -307,7 +316,7 @@ def tool_runs(logs) -> list:
 
 def _batch(images, manifest, out, query, reference, lm, api_base, config, offline, mode, program, no_cache,
            resize_reference, as_json, recursive, resume, retry_failed, overwrite, concurrency, allow_absolute,
-           with_trace, quiet, tool_options=(None, None)) -> None:
+           with_trace, quiet, tool_options=(None, None, None)) -> None:
     from agentic_iqa.api import Assessor
     from agentic_iqa.batch import BatchError, run_batch
     from agentic_iqa.config import ConfigError
@@ -363,7 +372,7 @@ def _items(images, manifest, query, reference, mode, recursive, allow_absolute):
 
 def _ray_batch(images, manifest, out, query, reference, lm, api_base, config, offline, mode, program, no_cache,
                resize_reference, as_json, recursive, resume, retry_failed, overwrite, concurrency, allow_absolute,
-               address, fmt, tool_options=(None, None), cluster=None, with_trace=False, quiet=False) -> None:
+               address, fmt, tool_options=(None, None, None), cluster=None, with_trace=False, quiet=False) -> None:
     """`--engine ray`: the batch on Ray Data (agentic_iqa.distributed), shards in the folder --out.
     `cluster`: the cluster-size flags (a None value: from $AGENTIC_IQA_RAY_*)."""
     cluster = cluster or {}
