@@ -103,3 +103,11 @@ def test_async_errors_and_fallbacks_match_the_sync_path(tmp_path, image):
     assert result.evidence.distortion_set is None and sync.evidence.distortion_set is None
     assert result.retries == sync.retries > 0 and result.lm_calls == sync.lm_calls
     assert result.score == pytest.approx(sync.score, abs=1e-12)
+
+
+def test_async_counts_every_http_request_like_the_sync_path(tmp_path, image):
+    """The planner's first request gets a 500 and the LM's own retry the plan: both count, sync and async."""
+    with FakeOpenAIServer(scripted({**ROUTES, "plan": [Reply(status=500), valid_reply("plan")]})) as srv:
+        a = _assessor(tmp_path, srv)
+        result = asyncio.run(a.assess_async(image, "Rate the quality of this photo"))
+    assert len(srv.requests) == 6 and result.lm_calls == 6 and result.retries == 1
