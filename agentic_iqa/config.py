@@ -295,6 +295,28 @@ class EnvSettings(DebugSettings):
     HF_HUB_OFFLINE: Optional[bool] = Field(None, validation_alias="HF_HUB_OFFLINE", exclude=True)
 
 
+class RayEnvSettings(BaseSettings):
+    """The cluster sizes of `--engine ray` runs (`assess --actors` etc. override them)."""
+
+    model_config = SettingsConfigDict(env_prefix="AGENTIC_IQA_RAY_", env_ignore_empty=True, extra="ignore",
+                                      case_sensitive=True)
+
+    ACTORS: Optional[int] = Field(None, ge=1, description="assess --actors (Ray worker actors)")
+    BATCH_SIZE: Optional[int] = Field(None, ge=1, description="assess --ray-batch-size")
+    GPUS_PER_WORKER: Optional[float] = Field(None, ge=0, allow_inf_nan=False, description="assess --gpus-per-worker")
+    LM_MAX_IN_FLIGHT: Optional[int] = Field(None, ge=1, description="assess --lm-max-in-flight")
+
+
+def ray_env_settings(skip: Iterable[str] = ()) -> RayEnvSettings:
+    """The AGENTIC_IQA_RAY_* variables, validated; those named in `skip` (overridden by a flag) are not read."""
+    try:
+        return RayEnvSettings(**{name: None for name in skip})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = str(first["loc"][0]) if first["loc"] else "?"
+        raise ConfigError(f"AGENTIC_IQA_RAY_{field}={first.get('input')!r}: {first['msg']}; fix or unset it") from None
+
+
 #: How a bad value should look, by variable, for the one-line error.
 _ENV_HINTS = {
     "MAX_PIXELS": "expected a positive whole number of pixels (e.g. 100000000); unset it for the default",
@@ -323,8 +345,9 @@ def env_settings() -> EnvSettings:
 
 def env_vars() -> dict[str, str]:
     """{variable: the setting it sets}, for the README's table."""
-    return {env_var_name(name): f.description or "" for name, f in EnvSettings.model_fields.items()
-            if name != "HF_HUB_OFFLINE"}
+    out = {env_var_name(name): f.description or "" for name, f in EnvSettings.model_fields.items()
+           if name != "HF_HUB_OFFLINE"}
+    return out | {f"AGENTIC_IQA_RAY_{name}": f.description or "" for name, f in RayEnvSettings.model_fields.items()}
 
 
 def debug_enabled() -> bool:

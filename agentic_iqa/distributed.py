@@ -693,35 +693,18 @@ def run_cli_batch(
     return summary
 
 
-#: The cluster settings of `--engine ray` runs from the environment (`assess --actors` etc. override them).
-KNOBS = {
-    "actors": ("AGENTIC_IQA_RAY_ACTORS", int, 1),
-    "batch_size": ("AGENTIC_IQA_RAY_BATCH_SIZE", int, 1),
-    "gpus_per_worker": ("AGENTIC_IQA_RAY_GPUS_PER_WORKER", float, 0),
-    "lm_max_in_flight": ("AGENTIC_IQA_RAY_LM_MAX_IN_FLIGHT", int, 1),
-}
+#: The cluster knobs and their AGENTIC_IQA_RAY_* fields (agentic_iqa.config.RayEnvSettings).
+KNOBS = {"actors": "ACTORS", "batch_size": "BATCH_SIZE", "gpus_per_worker": "GPUS_PER_WORKER",
+         "lm_max_in_flight": "LM_MAX_IN_FLIGHT"}
 
 
-def cluster_knobs(env: Optional[dict] = None, skip: Iterable[str] = ()) -> dict:
-    """{knob: value or None} from AGENTIC_IQA_RAY_* variables (the knobs in `skip` are None, unread);
-    a bad value is a one-line ConfigError."""
-    from agentic_iqa.config import ConfigError
+def cluster_knobs(skip: Iterable[str] = ()) -> dict:
+    """{knob: value or None} from the AGENTIC_IQA_RAY_* variables (the knobs in `skip` are None, their
+    variables unread); a bad value is a one-line ConfigError."""
+    from agentic_iqa.config import ray_env_settings
 
-    env = os.environ if env is None else env
-    out: dict[str, Any] = {}
-    for knob, (var, kind, least) in KNOBS.items():
-        raw = "" if knob in skip else env.get(var, "").strip()
-        if not raw:
-            out[knob] = None
-            continue
-        try:
-            value = kind(raw)
-        except ValueError:
-            value = None
-        if value is None or not math.isfinite(value) or value < least:
-            raise ConfigError(f"${var}={raw!r}: give a {kind.__name__} of at least {least}, or unset it")
-        out[knob] = value
-    return out
+    env = ray_env_settings(skip=[KNOBS[k] for k in skip])
+    return {knob: (None if knob in skip else getattr(env, field)) for knob, field in KNOBS.items()}
 
 
 def check_address(address: Optional[str], timeout: float = 5.0) -> None:

@@ -261,16 +261,22 @@ def test_without_engine_ray_nothing_imports_ray(images, tmp_path):
     assert proc.stdout.strip().splitlines()[-1] == "[]"
 
 
-def test_cluster_settings_from_the_environment_are_checked():
+def test_cluster_settings_from_the_environment_are_checked(monkeypatch):
     from agentic_iqa.config import ConfigError
     from agentic_iqa.distributed import cluster_knobs
 
-    assert cluster_knobs({"AGENTIC_IQA_RAY_GPUS_PER_WORKER": "0.25", "AGENTIC_IQA_RAY_LM_MAX_IN_FLIGHT": "8"}) == {
-        "actors": None, "batch_size": None, "gpus_per_worker": 0.25, "lm_max_in_flight": 8}
-    with pytest.raises(ConfigError, match=r"AGENTIC_IQA_RAY_ACTORS='0'"):
-        cluster_knobs({"AGENTIC_IQA_RAY_ACTORS": "0"})
+    monkeypatch.setenv("AGENTIC_IQA_RAY_GPUS_PER_WORKER", "0.25")
+    monkeypatch.setenv("AGENTIC_IQA_RAY_LM_MAX_IN_FLIGHT", "8")
+    assert cluster_knobs() == {"actors": None, "batch_size": None, "gpus_per_worker": 0.25, "lm_max_in_flight": 8}
+    assert cluster_knobs(skip={"gpus_per_worker"})["gpus_per_worker"] is None
+    monkeypatch.setenv("AGENTIC_IQA_RAY_ACTORS", "0")
+    with pytest.raises(ConfigError, match=r"AGENTIC_IQA_RAY_ACTORS=0|AGENTIC_IQA_RAY_ACTORS='0'"):
+        cluster_knobs()
+    assert cluster_knobs(skip={"actors"})["actors"] is None  # a flag overrides it: not read, not refused
+    monkeypatch.delenv("AGENTIC_IQA_RAY_ACTORS")
+    monkeypatch.setenv("AGENTIC_IQA_RAY_GPUS_PER_WORKER", "nan")
     with pytest.raises(ConfigError, match="AGENTIC_IQA_RAY_GPUS_PER_WORKER"):
-        cluster_knobs({"AGENTIC_IQA_RAY_GPUS_PER_WORKER": "nan"})
+        cluster_knobs()
 
 
 def test_a_bad_cluster_address_fails_in_seconds_with_one_line(images, tmp_path):
