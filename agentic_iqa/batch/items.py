@@ -3,6 +3,7 @@ and the resume keys that identify an item's result (`prepare_item`, `config_fing
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -149,7 +150,13 @@ def items_from_manifest(
         for label, value in (("image", row.image), ("reference", row.reference)):
             if value is None:
                 continue
-            target = (path.parent / value).resolve()
+            try:
+                target = (path.parent / value).resolve()
+            except (RuntimeError, OSError) as exc:  # Python < 3.13 raises RuntimeError("Symlink loop from ...")
+                loop = isinstance(exc, RuntimeError) or getattr(exc, "errno", None) == errno.ELOOP
+                refused.append(f"{label} {value!r}: " + ("symlink loop (too many levels of symbolic links); fix or remove the link"
+                                                         if loop else f"cannot be resolved ({getattr(exc, 'strerror', None) or exc})"))
+                continue
             if not allow_outside and not _inside(target, base):
                 refused.append(f"{label} {value!r} resolves outside the manifest's folder {base}; "
                                "refused (pass --allow-absolute to allow paths outside it)")

@@ -205,10 +205,23 @@ def read_manifest(path: str | Path, check_files: bool = True, require_target: bo
 
 def _file_problem(row: ManifestRow) -> Optional[str]:
     if not row.image_path.is_file():
-        return f"missing image file {row.image}"
+        return _why_not_a_file(row.image_path, "image", row.image)
     if row.reference_path is not None and not row.reference_path.is_file():
-        return f"missing reference file {row.reference}"
+        return _why_not_a_file(row.reference_path, "reference", row.reference)
     return None
+
+
+def _why_not_a_file(path: Path, what: str, name: str) -> str:
+    """"missing …", unless the path exists as something else (a symlink loop is not a missing file)."""
+    import errno
+
+    try:
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return f"{what} {name}: symlink loop (too many levels of symbolic links); fix or remove the link"
+        return f"missing {what} file {name}"
+    return f"{what} {name} is not a regular file"
 
 
 def write_manifest(rows: Iterable[ManifestRow], path: str | Path) -> Path:
