@@ -46,7 +46,7 @@ for img in images:
         t = time.perf_counter(); r = a.assess(img, use_cache=False); times.append(time.perf_counter() - t)
     out["per_item"][img] = times
     out["stages"][img] = r.timings
-    out["tools"][img] = [(lg.tool_name, lg.execution_time, lg.working_size) for lg in r.evidence.tool_logs]
+    out["tools"][img] = list(dict.fromkeys((lg.tool_name, lg.execution_time, lg.working_size) for lg in r.evidence.tool_logs))
 out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 try:
     import torch
@@ -115,7 +115,9 @@ def run_child(tree: Path, args: list[str], env_extra: dict) -> tuple[float, floa
 def breakdown(doc: dict, wall: float) -> str:
     """Where a cold call's time went, from its JSON result."""
     t = doc.get("timings", {})
-    tools = [(lg["tool_name"], lg["execution_time"], lg.get("working_size")) for lg in (doc.get("evidence") or {}).get("tool_logs", [])]
+    # A tool serving several distortions is logged once per distortion, with the same run's figures.
+    tools = list(dict.fromkeys((lg["tool_name"], lg["execution_time"], tuple(lg.get("working_size") or ()))
+                               for lg in (doc.get("evidence") or {}).get("tool_logs", [])))
     tool_s = sum(x[1] for x in tools)
     parts = [f"start-up+imports before the graph {wall - doc.get('total_seconds', 0):.2f}",
              f"input check+graph build {doc.get('total_seconds', 0) - sum(t.values()):.2f}"]

@@ -111,6 +111,83 @@ def timed(fn) -> tuple[float, float]:
     return time.perf_counter() - w0, time.process_time() - c0
 
 
+# ── issue 14: our tools against raw pyiqa, each in its own process ────────────────────────────────
+# One persistent child per side and tool; the parent drives them alternately, one pass over the images
+# per request, so both sides see the same load. Each child reports per-image wall times and scores.
+_CHILD = r"""
+import json, resource, sys, time
+side, tool, threads, pairs = sys.argv[1], sys.argv[2], int(sys.argv[3]), json.loads(sys.argv[4])
+if side == "ours":
+    from iqa_tools import ToolRegistry, backend
+    torch = backend.torch()
+    reg = ToolRegistry(cache=False, offline=True, device="cpu")
+    spec = reg.spec(tool)
+    fr = spec.mode == "FR"
+    call = lambda img, ref: reg.score(tool, img, ref if fr else None, use_cache=False).raw_score
+else:
+    import torch, pyiqa
+    from iqa_tools.table import load_table
+    spec = load_table([]).tools[tool]
+    kw = dict(spec.metric_kwargs)
+    if spec.model_path:
+        from pathlib import Path
+        import iqa_tools
+        kw["pretrained_model_path"] = str(Path(iqa_tools.__file__).parent / spec.model_path)
+    metric = pyiqa.create_metric(spec.metric, device=torch.device("cpu"), **kw)
+    fr = spec.mode == "FR"
+    call = lambda img, ref: float(metric(img, ref) if fr else metric(img))
+torch.set_num_threads(threads)
+for img, ref in pairs[:2]:
+    call(img, ref)  # warm-up, not timed
+print("ready", flush=True)
+for line in sys.stdin:
+    times, scores = [], []
+    for img, ref in pairs:
+        t = time.perf_counter(); scores.append(call(img, ref)); times.append(time.perf_counter() - t)
+    print(json.dumps({"times": times, "scores": scores, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}), flush=True)
+"""
+
+
+def vs_raw_processes(tools: list[str], pairs: list[tuple[Path, Path]], repeats: int, threads: int) -> dict:
+    """Per tool: our registry (warm, cache off) vs `pyiqa.create_metric` reused, each in a fresh process of
+    its own with `threads` torch threads; per image the fastest of `repeats` passes; scores compared."""
+    payload = json.dumps([[str(i), str(r)] for i, r in pairs])
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop("AGENTIC_IQA_MALLOC_TUNING", None)
+    out = {}
+    for tool in tools:
+        kids = {side: subprocess.Popen([sys.executable, "-c", _CHILD, side, tool, str(threads), payload], cwd=ROOT, env=env,
+                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                for side in ("raw", "ours")}
+        for kid in kids.values():
+            assert kid.stdout.readline().strip() == "ready"
+        best = {side: [math.inf] * len(pairs) for side in kids}
+        scores, rss, loads = {}, {}, []
+        for rep in range(repeats):
+            for side in (("raw", "ours") if rep % 2 == 0 else ("ours", "raw")):
+                kids[side].stdin.write("go\n")
+                kids[side].stdin.flush()
+                doc = json.loads(kids[side].stdout.readline())
+                best[side] = [min(a, b) for a, b in zip(best[side], doc["times"])]
+                scores[side], rss[side] = doc["scores"], doc["rss_mb"]
+                loads.append(os.getloadavg()[0])
+        for kid in kids.values():
+            kid.stdin.close()
+            kid.wait()
+        rel = max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(scores["ours"], scores["raw"]))
+        raw_s, ours_s = sum(best["raw"]), sum(best["ours"])
+        out[tool] = {"raw_ms": raw_s / len(pairs) * 1e3, "ours_ms": ours_s / len(pairs) * 1e3, "speedup": raw_s / ours_s,
+                     "max_rel_diff": rel, "raw_rss_mb": rss["raw"], "ours_rss_mb": rss["ours"], "load": statistics.median(loads)}
+        r = out[tool]
+        print(f"{tool:10s} raw pyiqa {r['raw_ms']:8.1f} ms/img  ours {r['ours_ms']:8.1f} ms/img  = {r['speedup']:5.2f}×  "
+              f"max rel diff {rel:.1e}  peak RSS raw {rss['raw']:.0f} MB / ours {rss['ours']:.0f} MB  load {r['load']:.1f}", flush=True)
+    total_raw = sum(v["raw_ms"] for v in out.values())
+    total_ours = sum(v["ours_ms"] for v in out.values())
+    print(f"all {len(out)} tools: raw {total_raw:.0f} ms / ours {total_ours:.0f} ms per image set = {total_raw / total_ours:.2f}×; "
+          f"slowest ratio {min(v['speedup'] for v in out.values()):.2f}×", flush=True)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--images", type=int, default=20)
@@ -120,7 +197,23 @@ def main() -> None:
     ap.add_argument("--no-startup", action="store_true", help="skip the subprocess start-up measurements")
     ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (default: torch's choice)")
     ap.add_argument("--json", type=Path, help="also write the numbers here")
+    ap.add_argument("--vs-raw", action="store_true",
+                    help="issue 14: only our tools vs raw pyiqa, each side in its own process (--threads, default 1)")
     args = ap.parse_args()
+    if args.vs_raw:
+        work = Path(tempfile.mkdtemp(prefix="tools-bench-"))
+        pairs = make_images(work / "imgs", args.images)
+        from iqa_tools import ToolRegistry
+
+        probe = ToolRegistry(cache=False, offline=True)
+        tools = [probe.spec(t).name for t in args.tools.split(",")] if args.tools else [
+            s.name for s in probe.table.tools.values() if not s.needs_weights and probe.availability(s.name)[0]]
+        print(f"{args.images} images {W}x{H}, {args.repeats} alternating passes, torch threads {args.threads or 1}; "
+              f"load {os.getloadavg()[0]:.1f} (2 cores)", flush=True)
+        res = vs_raw_processes(tools, pairs, args.repeats, args.threads or 1)
+        if args.json:
+            args.json.write_text(json.dumps(res, indent=2))
+        return
 
     work = Path(tempfile.mkdtemp(prefix="tools-bench-"))
     os.environ["AGENTIC_IQA_CACHE_DIR"] = str(work / "cache")  # never touch the user's cache

@@ -56,6 +56,14 @@ def pyiqa() -> ModuleType:
     return _load("pyiqa")
 
 
+def pyiqa_module(name: str) -> ModuleType:
+    """A submodule of pyiqa (e.g. "pyiqa.archs.func_util"), imported after pyiqa itself, under the lock."""
+    if not name.startswith("pyiqa."):
+        raise ValueError(f"{name!r} is not a pyiqa module")
+    pyiqa()
+    return _load(name)
+
+
 def torch_if_loaded() -> Optional[ModuleType]:
     """torch if some code has finished importing it, else None (never imports, never waits)."""
     if "torch" in _done:
