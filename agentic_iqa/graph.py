@@ -23,7 +23,7 @@ from langgraph.config import get_stream_writer
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 
-from agentic_iqa.agents.context import AssessmentContext, GraphContext, Roles
+from agentic_iqa.agents.context import AssessmentContext, GraphContext, NoValidReply, Roles
 from agentic_iqa.agents.planner_rules import rule_plan
 from agentic_iqa.agents.steps import Steps, run_async, run_sync, steps
 from agentic_iqa.agents.tool_execution import execute_tools, required_tool_assignments
@@ -95,6 +95,17 @@ def _error(stage: str, ctx: AssessmentContext, exc: BaseException) -> None:
     ctx.trace.add(stage, "error", msg[:1000])
 
 
+def _fell_back(stage: str, ctx: AssessmentContext, exc: Optional[BaseException], instead: str) -> None:
+    """The step's fallback as one line of the default summary: why, then what was done instead."""
+    if exc is None:
+        why = "no usable output"
+    elif isinstance(exc, NoValidReply):
+        why = str(exc)
+    else:
+        why = redact(f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}")[:200]
+    ctx.trace.add(stage, "fallback", f"{why} → {instead}")
+
+
 # ── node bodies ────────────────────────────────────────────────────────────────────────────────
 
 
@@ -107,7 +118,7 @@ def _plan(state, ctx, roles):
 def _plan_failed(state, ctx, exc):
     _error("planner", ctx, exc)
     plan = rule_plan(ctx.query, has_reference=ctx.has_reference, tool_names=ctx.known_tools())
-    ctx.trace.add("planner", "fallback", "no valid plan from the model; rule-based plan used")
+    _fell_back("planner", ctx, exc, "rule-based plan")
     return {"plan": plan, "distortion_set": None, "distortion_analysis": None, "selected_tools": None, "tool_logs": []}
 
 
@@ -175,7 +186,7 @@ def _select(state, ctx, roles):
     dset = state.get("distortion_set")
     if dset is not None and not any(dset.values()):
         dset = None  # nothing detected: tools rate the image as a whole ("Overall")
-    selected = None
+    selected, failure = None, None
     if plan.plan.tool_selection:
         try:
             selected = yield from steps(roles.select(ctx, plan, dset))
@@ -183,9 +194,11 @@ def _select(state, ctx, roles):
             if lm_unreachable(exc) and _offline(roles) is not None:
                 raise
             _error("select", ctx, exc)
+            failure = exc
         if not (selected and any(selected.values())) and plan.plan.tool_execution:
             selected = default_tools(ctx, dset)
-            ctx.trace.add("select", "fallback", f"no valid tool selection; generic tools used: {selected}")
+            tools = sorted({t for by_dist in selected.values() for t in by_dist.values()})
+            _fell_back("select", ctx, failure, f"generic tools ({', '.join(tools) or 'none available'})")
     elif plan.plan.tool_execution and plan.required_tool:
         selected = required_tool_assignments(plan, dset)
     elif plan.plan.tool_execution:
@@ -245,11 +258,11 @@ def _summary_failed(state, ctx, exc):
     evidence = state.get("executor_evidence") or ExecutorOutput()
     try:
         result = OfflineRoles().summarize(ctx, state["plan"], evidence)
-        ctx.trace.add("summarizer", "fallback", "no valid summary from the model; the offline analyst summarized the evidence")
+        _fell_back("summarizer", ctx, exc, "offline analyst summarized the evidence")
     except Exception as exc2:  # noqa: BLE001 - the last resort must not fail: tools alone
         _error("summarizer", ctx, exc2)
         result = tools_only_summary(ctx, evidence)
-        ctx.trace.add("summarizer", "fallback", "no summarizer could run; the answer rests on the tool scores alone")
+        _fell_back("summarizer", ctx, exc, "no summarizer could run; the answer rests on the tool scores alone")
     return {"summarizer_result": result, "replan_requested": False}
 
 
@@ -267,9 +280,10 @@ def tools_only_summary(ctx: AssessmentContext, evidence: ExecutorOutput) -> Summ
     return SummarizerOutput.from_fusion(fused, reasoning, "tools only (summarizer failed)", prob_mode="uniform")
 
 
-def _null(key: str, stage: str):
+def _null(key: str, stage: str, instead: str):
     def on_error(state, ctx, exc):
         _error(stage, ctx, exc)
+        _fell_back(stage, ctx, exc, instead)
         return {key: None}
 
     return on_error
@@ -281,11 +295,11 @@ def _route(state: AgenticIQAState) -> str:
 
 _NODES = {
     "planner": (_plan, _plan_failed),
-    "detect": (_detect, _null("distortion_set", "detect")),
-    "analyze": (_analyze, _null("distortion_analysis", "analyze")),
-    "select": (_select, _null("selected_tools", "select")),
-    "execute": (_execute, _null("tool_logs", "execute")),
-    "evidence": (_evidence, _null("executor_evidence", "evidence")),
+    "detect": (_detect, _null("distortion_set", "detect", "no distortions listed (analysis skipped; tools rate the whole image)")),
+    "analyze": (_analyze, _null("distortion_analysis", "analyze", "no severities (the summary rests on the tool scores)")),
+    "select": (_select, _null("selected_tools", "select", "no tools run")),
+    "execute": (_execute, _null("tool_logs", "execute", "no tool scores")),
+    "evidence": (_evidence, _null("executor_evidence", "evidence", "no evidence")),
     "summarizer": (_summarize, _summary_failed),
 }
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import subprocess
 import sys
 
@@ -131,3 +132,26 @@ def test_image_transport_in_pipeline_yaml_is_checked(tmp_path):
     (tmp_path / "pipeline.yaml").write_text("image_transport: webp\n")
     with pytest.raises(ConfigError, match="pipeline.yaml.*image_transport"):
         load_settings(tmp_path)
+
+
+def test_default_summary_says_which_stages_fell_back_and_why(tmp_path):
+    """Not only --verbose: each stage that fell back is one line (why → what instead), and the footer names them."""
+    from canned import disable_dspy_cache, valid_reply, write_test_image
+    from fake_openai import FakeOpenAIServer, scripted
+
+    disable_dspy_cache()
+    img = write_test_image(tmp_path / "p.jpg", size=(128, 96))
+    routes = {"plan": valid_reply("plan"), "detect": "Sure! The image looks blurry.",  # never JSON
+              "select": {"selected_tools": {"Global": {"Overall": "NoSuchTool"}}},  # rejected by the validator
+              "score": valid_reply("score", level="B")}
+    with FakeOpenAIServer(scripted(routes)) as srv:
+        res = CliRunner().invoke(app, ["assess", str(img), "--lm", "openai/fake", "--api-base", srv.base_url,
+                                       "--no-cache", "--config", str(tmp_path)], env={"COLUMNS": "250"})
+    assert res.exit_code == 0, res.output
+    lines = [ln.strip() for ln in res.output.splitlines() if ln.strip().startswith("fallback:")]
+    assert lines[0] == ("fallback: detect: model reply rejected 4× (invalid JSON) → no distortions listed "
+                        "(analysis skipped; tools rate the whole image)")
+    assert re.fullmatch(r"fallback: select: model reply rejected 4× \(.*NoSuchTool.*\) → generic tools \(\w+\)", lines[1]), lines
+    assert len(lines) == 2  # the planner and the summarizer answered: no line for them
+    assert "with fallbacks in detect, select (see below)" in res.output
+    assert "retry" not in res.output.lower()  # the per-attempt details stay in --verbose / the trace

@@ -340,3 +340,22 @@ def test_response_format_is_chosen_once_per_signature_and_lm_kind():
     stock = {}
     dspy.JSONAdapter()._prepare_response_format(plain, stock, ScoreSignature)
     assert kwargs.get("response_format") == stock.get("response_format")
+
+
+@pytest.mark.parametrize("error,short", [
+    ("LM response cannot be serialized to a JSON object. Your reply was: hello", "invalid JSON"),
+    ("the JSON object lacks the fields ['level'] (expected exactly ['level', 'x']). Your reply was: {}",
+     "missing fields ['level']"),
+    ("Failed to parse field distortion_set: 1 validation error for DistortionSet\n  Value error, unknown distortion "
+     "type 'Fog'; use one of ['Blurs'] [type=value_error, input_value={}, input_type=dict]. Your reply was: {}",
+     "distortion_set: unknown distortion type 'Fog'"),
+    ("1 validation error for PlannerDecision\nquery_type\n  Input should be 'IQA' or 'Other' [type=literal_error]",
+     "query_type: Input should be 'IQA' or 'Other'"),
+    ("final_answer must be the letter of one of the offered options (A, B), got 'C'",
+     "final_answer must be the letter of one of the offered options (A, B), got 'C'"),
+])
+def test_short_reason_names_what_was_wrong_in_a_few_words(error, short):
+    from agentic_iqa.agents.structured import StructuredResult, short_reason
+
+    assert short_reason(error) == short
+    assert StructuredResult(None, 4, [error] * 4).rejection() == f"model reply rejected 4× ({short})"

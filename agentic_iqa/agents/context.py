@@ -75,6 +75,11 @@ class AssessmentContext:
         return value
 
 
+class NoValidReply(ValueError):
+    """A role's step got no usable reply from the model (every attempt rejected). The message is one line
+    for people, e.g. "model reply rejected 4× (invalid JSON)"; the graph shows it with the fallback taken."""
+
+
 class Roles(Protocol):
     """The three agents' judgement. Each method may raise; the graph turns failures into nulls/fallbacks."""
 

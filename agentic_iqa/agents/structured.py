@@ -33,7 +33,8 @@ from dspy.utils.exceptions import AdapterParseError
 
 from agentic_iqa.redact import redact
 
-__all__ = ["StructuredPredict", "StructuredResult", "StructuredJSONAdapter", "STRICT_INSTRUCTION", "describe_error"]
+__all__ = ["StructuredPredict", "StructuredResult", "StructuredJSONAdapter", "STRICT_INSTRUCTION", "describe_error",
+           "short_reason"]
 
 logger = logging.getLogger("agentic_iqa.agents.structured")
 
@@ -67,6 +68,34 @@ class StructuredResult:
     @property
     def lm_calls(self) -> int:
         return self.attempts
+
+    def rejection(self) -> str:
+        """One line for people: "model reply rejected 4× (invalid JSON)", the distinct reasons in order."""
+        reasons = list(dict.fromkeys(short_reason(e) for e in self.errors)) or ["no reply"]
+        return f"model reply rejected {self.attempts}× ({'; '.join(reasons)})"
+
+
+def short_reason(error: str) -> str:
+    """What a `describe_error` message says, in a few words (the message quotes the whole reply)."""
+    text = error.split(". Your reply was:")[0].strip()
+    if "cannot be serialized to a JSON object" in text or text.startswith("the reply is not a JSON object"):
+        return "invalid JSON"
+    m = re.match(r"the JSON object lacks the fields (\[.*?\])", text)
+    if m:
+        return f"missing fields {m.group(1)}"
+    field = re.match(r"Failed to parse field (\w+)", text)
+    lines = text.splitlines()
+    header = next((i for i, ln in enumerate(lines) if re.search(r"\d+ validation errors? for \w+", ln)), None)
+    if header is not None and header + 1 < len(lines):
+        # Pydantic: an optional location line, then the indented message with a "[type=...]" tail.
+        after = lines[header + 1:]
+        loc = after[0].strip() if not after[0].startswith(" ") else None
+        msg = next((ln for ln in after if ln.startswith(" ")), after[0]).strip()
+        msg = re.split(r" \[type=", re.sub(r"^Value error, ", "", msg))[0]
+        where = field.group(1) if field else loc
+        text = f"{where}: {msg}" if where else msg
+    text = text.splitlines()[0].split(";")[0].strip() if text else "rejected"
+    return text if len(text) <= 90 else text[:89] + "…"
 
 
 def _has_open_mapping(schema: Any) -> bool:

@@ -51,9 +51,18 @@ def execute_tools(
                     fallback=True,
                 )
                 run_logs = runs[tool]
+                failed = None  # the tool that failed just before each fallback: the chain, step by step
                 for log in run_logs:
                     if log.fallback:
-                        ctx.trace.add("execute", "fallback", f"{log.fallback_for} -> {log.tool_name}", tool=log.tool_name)
+                        why = ""
+                        if failed is not None:  # the tools table has the whole error; one short line here
+                            why = failed.error.splitlines()[0].removeprefix(f"{failed.tool_name}: ")
+                            why = f" ({why[:100]}…)" if len(why) > 100 else f" ({why})"
+                        ctx.trace.add("execute", "fallback",
+                                      f"{failed.tool_name if failed else log.fallback_for} failed{why} → {log.tool_name}",
+                                      tool=log.tool_name)
+                    if log.error:
+                        failed = log
                 ok = [lg for lg in run_logs if lg.ok]
                 ctx.emit({
                     "stage": "execute", "event": "tool_end", "tool": tool,

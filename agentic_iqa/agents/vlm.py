@@ -16,7 +16,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import dspy  # noqa: E402
 
-from agentic_iqa.agents.context import AssessmentContext  # noqa: E402
+from agentic_iqa.agents.context import AssessmentContext, NoValidReply  # noqa: E402
 from agentic_iqa.agents.planner_rules import mcq_options  # noqa: E402
 from agentic_iqa.agents.modules import AGENT_MODULES, MODULE_NAMES, AgentModule, Facts  # noqa: E402,F401
 from agentic_iqa.agents.steps import LMCall, Steps  # noqa: E402
@@ -119,8 +119,8 @@ class VLMRoles:
             ctx.trace.count_lm(result.lm_calls, result.retries, image_bytes=per_request * result.lm_calls)
         for err in result.errors:
             ctx.trace.add(stage, "retry", err[:500])
-        if not result.ok:
-            ctx.trace.add(stage, "error", f"no valid output after {result.attempts} attempts; field set to null")
+        if not result.ok:  # the graph records the step's fallback, with this one-line reason
+            raise NoValidReply(result.rejection())
         return result
 
     def _reference_mode(self, ctx: AssessmentContext) -> str:
@@ -135,8 +135,6 @@ class VLMRoles:
             query=ctx.query, image=self._image(ctx), reference_mode=self._reference_mode(ctx),
             available_tools=known, replan_reason=replan_reason,
         )
-        if not result.ok:
-            raise ValueError("the planner returned no valid plan: " + (result.errors[-1][:300] if result.errors else ""))
         return PlannerOutput.from_decision(
             result.prediction.planner_output, has_reference=ctx.has_reference, context={"known_tools": known}
         )
@@ -145,7 +143,7 @@ class VLMRoles:
         result = yield from self._call(
             ctx, "detect", "detect", query=ctx.query, **self._images(ctx), query_scope=plan.query_scope
         )
-        return result.prediction.distortion_set.root if result.ok else None
+        return result.prediction.distortion_set.root
 
     def analyze(self, ctx: AssessmentContext, plan: PlannerOutput, distortion_set):
         if not distortion_set:
@@ -154,7 +152,7 @@ class VLMRoles:
             ctx, "analyze", "analyze", Facts(distortion_set=distortion_set), query=ctx.query, **self._images(ctx),
             distortion_set=distortion_set,
         )
-        return result.prediction.distortion_analysis.root if result.ok else None
+        return result.prediction.distortion_analysis.root
 
     def select(self, ctx: AssessmentContext, plan: PlannerOutput, distortion_set):
         mode = "FR" if ctx.has_reference else "NR"
@@ -177,15 +175,13 @@ class VLMRoles:
             distortion_set=distortion_set or {"Global": ["Overall"]},
             tool_description=description, reference_mode=self._reference_mode(ctx),
         )
-        return result.prediction.selected_tools.root if result.ok else None
+        return result.prediction.selected_tools.root
 
     def summarize(self, ctx: AssessmentContext, plan: PlannerOutput, evidence: ExecutorOutput) -> Steps[SummarizerOutput]:
         inputs = dict(query=ctx.query, **self._images(ctx), evidence=format_evidence(evidence))
         options = () if ctx.scoring else tuple(mcq_options(ctx.query))
         result = yield from self._call(ctx, "summarizer", "summarize", Facts(options=options),
                             part="score" if ctx.scoring else "explain", **inputs)
-        if not result.ok:
-            raise ValueError("the summarizer returned no valid answer: " + (result.errors[-1][:300] if result.errors else ""))
         pred = result.prediction
         if options:
             ctx.trace.add("summarizer", "note", _option_probabilities(pred, options))

@@ -259,7 +259,10 @@ def render(result, verbose: bool = False) -> None:
     if result.mode == "score" and r.score is not None:
         head = f"[bold]Level {r.level}[/] · score [bold]{r.score:.2f}[/] / 5"
     body = f"{head}\n\n{escape(r.quality_reasoning)}"
-    con.print(Panel(body, title=f"[b]{escape(result.query[:200])}[/]", subtitle=escape(answered_by(result)[:240]), expand=False))
+    footer = escape(answered_by(result)[:240])
+    # A narrow answer must not cut the footer short (it names the stages that fell back).
+    width = min(con.width, max(con.measure(body).maximum + 4, len(footer) + 8, len(result.query[:200]) + 8))
+    con.print(Panel(body, title=f"[b]{escape(result.query[:200])}[/]", subtitle=footer, expand=True, width=width))
     ev = result.evidence
     if ev and ev.distortion_analysis and any(ev.distortion_analysis.values()):
         t = Table(title="Distortions", show_lines=False)
