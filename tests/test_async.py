@@ -111,3 +111,15 @@ def test_async_counts_every_http_request_like_the_sync_path(tmp_path, image):
         a = _assessor(tmp_path, srv)
         result = asyncio.run(a.assess_async(image, "Rate the quality of this photo"))
     assert len(srv.requests) == 6 and result.lm_calls == 6 and result.retries == 1
+
+
+def test_async_offline_analyst_matches_sync(tmp_path):
+    """No model: every step runs in worker threads; same answer and score as the sync path."""
+    import agentic_iqa
+
+    sync = agentic_iqa.assess("example:coins", "Is it blurry?", config=tmp_path, backend="offline", use_cache=False)
+    result = asyncio.run(agentic_iqa.assess_async("example:coins", "Is it blurry?", config=tmp_path,
+                                                  backend="offline", use_cache=False))
+    assert result.backend == sync.backend == "offline analyst" and result.answer == sync.answer
+    assert result.lm_calls == 0 and [lg.raw_score for lg in result.evidence.tool_logs] == \
+        [lg.raw_score for lg in sync.evidence.tool_logs]
