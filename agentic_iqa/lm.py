@@ -128,8 +128,9 @@ def _too_large(outputs: Any, limit: int) -> Optional[int]:
 
 def __getattr__(name: str):
     # BudgetedLM subclasses dspy.LM, which is slow to import: made on first use (also by pickle).
-    if name == "BudgetedLM":
-        return _budgeted_lm_class()
+    if name in ("BudgetedLM", "LMBudgetExceeded", "LMReplyTooLarge"):
+        _budgeted_lm_class()
+        return globals()[name]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -261,8 +262,8 @@ def _budgeted_lm_class() -> type:
             raise AssertionError("unreachable")
 
     for cls in (BudgetedLM, LMReplyTooLarge, LMBudgetExceeded):
-        cls.__module__ = __name__  # found by pickle through the module's __getattr__
-    globals().update(LMReplyTooLarge=LMReplyTooLarge, LMBudgetExceeded=LMBudgetExceeded)
+        cls.__module__, cls.__qualname__ = __name__, cls.__name__  # found by pickle through the module's __getattr__
+    globals().update(BudgetedLM=BudgetedLM, LMReplyTooLarge=LMReplyTooLarge, LMBudgetExceeded=LMBudgetExceeded)
     return BudgetedLM
 
 

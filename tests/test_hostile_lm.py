@@ -198,3 +198,13 @@ def test_oversized_reply_in_an_assessment_is_one_failed_try(tmp_path, image, reg
     trace = json.dumps([e.model_dump() for e in result.trace])
     assert "over max_reply_bytes" in trace
     assert any(f.startswith("planner:") for f in result.fallbacks), result.fallbacks
+
+
+def test_error_types_importable_and_the_lm_pickles_by_reference():
+    import pickle
+
+    from agentic_iqa.lm import BudgetedLM, LMBudgetExceeded, LMReplyTooLarge
+    from dspy.utils.exceptions import LMTimeoutError
+
+    assert issubclass(LMBudgetExceeded, LMTimeoutError) and LMReplyTooLarge.__module__ == "agentic_iqa.lm"
+    assert pickle.loads(pickle.dumps(BudgetedLM)) is BudgetedLM
