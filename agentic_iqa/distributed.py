@@ -95,6 +95,7 @@ class Coordinator:
         self.stopped: Optional[str] = None
         self.counts = {"ok": 0, "failed": 0, NOT_ATTEMPTED: 0, ALREADY_DONE: 0, "batches": 0}
         self.keep: dict[str, str] = {}  # identity → current key, for identities left with two rows
+        self.timing: dict[str, dict] = {}  # per actor: its batches' spans and item times (bounded by actors)
         self.workers: dict[str, Any] = {}
 
     async def acquire(self) -> int:
@@ -124,10 +125,36 @@ class Coordinator:
         if self.stopped is None:
             self.stopped = reason
 
-    async def report(self, counts: dict, keep: Optional[dict] = None) -> None:
+    async def report(self, counts: dict, keep: Optional[dict] = None, timing: Optional[dict] = None) -> None:
         for k, v in counts.items():
             self.counts[k] = self.counts.get(k, 0) + v
         self.keep.update(keep or {})
+        if timing:
+            self._time(**timing)
+
+    def _time(self, actor: str, start: float, end: float, items: int, item_seconds: float, row_seconds: float = 0.0) -> None:
+        """Per actor, on its own clock: the first batch apart (it creates the metrics), and the later
+        batches' span and summed item times — what Ray adds per item is measured where the work runs,
+        not from the driver, which receives rows a batch at a time."""
+        t = self.timing.setdefault(actor, {"batches": 0, "first_end": None, "last_end": None, "items": 0,
+                                           "item_seconds": 0.0, "later_items": 0, "later_item_seconds": 0.0,
+                                           "busy_seconds": 0.0, "later_busy_seconds": 0.0,
+                                           "later_row_seconds": 0.0})
+        t["batches"] += 1
+        t["items"] += items
+        t["item_seconds"] += item_seconds
+        t["busy_seconds"] += end - start
+        if t["first_end"] is None:
+            t["first_end"] = end
+        else:
+            t["later_items"] += items
+            t["later_item_seconds"] += item_seconds
+            t["later_busy_seconds"] += end - start
+            t["later_row_seconds"] += row_seconds  # result → row (the record a local batch writes too)
+        t["last_end"] = end if t["last_end"] is None else max(t["last_end"], end)
+
+    async def timings(self) -> dict:
+        return {k: dict(v) for k, v in self.timing.items()}
 
     async def kept(self) -> dict:
         return dict(self.keep)
@@ -226,10 +253,15 @@ class _AssessWorker:
         warm_up(self.assessor)
         for lm in {id(x): x for x in getattr(self.assessor.roles, "lms", {}).values() if x is not None}.values():
             _gate_lm(lm, coordinator)
+        # One runner for the actor's life (as one runner serves a whole local batch): its graph is built
+        # once, not per batch, and the circuit breaker's streak spans batches.
+        self.runner = _batch().BatchRunner(self.assessor, concurrency=threads, use_cache=use_cache,
+                                           resize_reference=resize_reference)
         self._stop_checked = 0.0
         self._stopped: Optional[str] = None
         ctx = ray.get_runtime_context()
-        ray.get(coordinator.register.remote(f"{ctx.get_node_id()[:8]}:{os.getpid()}:{ctx.get_actor_id()}", ctx.current_actor))
+        self.name = f"{ctx.get_node_id()[:8]}:{os.getpid()}:{ctx.get_actor_id()}"
+        ray.get(coordinator.register.remote(self.name, ctx.current_actor))
 
     def _cluster_stopped(self) -> Optional[str]:
         """The circuit breaker's state, asked of the coordinator at most once a second."""
@@ -253,6 +285,7 @@ class _AssessWorker:
     def __call__(self, batch):
         import pyarrow as pa
 
+        start = time.perf_counter()
         b = _batch()
         rows = batch.to_pylist()
         results: dict[int, dict] = {}
@@ -269,8 +302,7 @@ class _AssessWorker:
                     keep[prep.identity] = prep.key
             else:
                 todo.append(prep)
-        runner = b.BatchRunner(self.assessor, concurrency=self.threads, use_cache=self.use_cache,
-                               resize_reference=self.resize_reference)
+        runner = self.runner
 
         def feed() -> Iterator:
             for prep in todo:
@@ -278,8 +310,12 @@ class _AssessWorker:
                     return  # the rest become not_attempted rows
                 yield prep
 
+        item_seconds = row_seconds = 0.0
         for res in runner.run(feed()):
+            item_seconds += res.seconds
+            t_row = time.perf_counter()
             results[res.index] = _columns(res.record(with_trace=self.with_trace, fingerprint=self.fingerprint))
+            row_seconds += time.perf_counter() - t_row
             if res.error_type == "lm_setup" and self._stopped is None:
                 self._stopped = res.error
                 _ray().get(self.coordinator.stop.remote(res.error))
@@ -290,14 +326,16 @@ class _AssessWorker:
         counts = {"batches": 1}
         for rec in out:
             counts[rec["status"]] = counts.get(rec["status"], 0) + 1
-        # Waited for, so that the driver's read of the counts after the run sees every batch.
-        _ray().get(self.coordinator.report.remote(counts, keep))
         table, types = batch, _types()
         for name in (*RESULT_COLUMNS, DONE_KEYS):
             if name in table.column_names:
                 table = table.drop_columns([name])
         for name in RESULT_COLUMNS:
             table = table.append_column(name, pa.array([rec[name] for rec in out], type=types[name]))
+        timing = dict(actor=self.name, start=start, end=time.perf_counter(), items=len(rows), item_seconds=item_seconds,
+                      row_seconds=row_seconds)
+        # Waited for, so that the driver's read of the counts after the run sees every batch.
+        _ray().get(self.coordinator.report.remote(counts, keep, timing))
         return table
 
 

@@ -105,6 +105,11 @@ def test_global_lm_cap_holds_across_actors(cluster, images, tmp_path):
     assert len(state["workers"]) == 2  # two actors, eight threads wanting the model at once
     assert srv.peak_in_flight == 2 and state["peak_in_flight"] == 2
     assert len(srv.requests) == 5 * 16
+    # Each actor's batch timings (ray_bench's per-item overhead is measured from them): every item once.
+    timing = ray.get(coordinator.timings.remote())
+    assert len(timing) == 2 and sum(t["items"] for t in timing.values()) == 16
+    for t in timing.values():
+        assert t["item_seconds"] > 0 and 0 <= t["later_busy_seconds"] <= t["last_end"] - t["first_end"] + 1e-9
 
 
 def test_a_429_backs_off_the_whole_cluster(cluster, images, tmp_path):
