@@ -198,7 +198,7 @@ def _run(image, query, reference, lm, api_base, config, offline, mode, programs,
     assessor = Assessor(_settings(lm, api_base, config, offline, programs, tool_options), make_lm=lm_or_demo)
     kw = dict(mode=mode, use_cache=not no_cache, resize_reference=resize_reference)
     if not show_progress:
-        return assessor.assess(image_path, query, reference_path, **kw)
+        return _interruptible(lambda on_event: assessor.assess(image_path, query, reference_path, on_event=on_event, **kw))
     from rich.console import Console
 
     console = Console(stderr=True)
@@ -209,7 +209,69 @@ def _run(image, query, reference, lm, api_base, config, offline, mode, programs,
             elif ev.get("event") == "tool_start":
                 status.update(f"running {ev['tool']}…")
 
-        return assessor.assess(image_path, query, reference_path, on_event=on_event, **kw)
+        return _interruptible(lambda watch: assessor.assess(
+            image_path, query, reference_path, on_event=lambda ev: (watch(ev), on_event(ev)), **kw))
+
+
+STOPPING = "stopping after the current step… (Ctrl-C again to stop now)"
+
+
+def _interruptible(run):
+    """`run(on_event)` with two-stage Ctrl-C: the first stops when the step in flight (an LM call, a tool
+    run) ends and no further step is waited for; the second stops at once. Either way: exit 130.
+
+    The assessment runs in a daemon thread and this (main) thread only waits: a Ctrl-C is handled at
+    once, not after the LM call or tool run in flight returns (their worker threads would otherwise
+    hold the interpreter open until they finish, up to the LM timeout)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return run(lambda ev: None)
+    step_ended, requested = threading.Event(), threading.Event()
+    current: list[str] = []
+    done: dict = {}
+
+    def watch(ev: dict) -> None:
+        if ev.get("event") == "start":
+            current[:] = [ev.get("stage", "")]
+        if ev.get("event") in ("end", "tool_end") and requested.is_set():
+            step_ended.set()
+
+    def work() -> None:
+        try:
+            done["result"] = run(watch)
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread as is
+            done["error"] = exc
+
+    def on_sigint(signum, frame) -> None:
+        if requested.is_set():
+            _exit_now("stopped")
+        requested.set()
+        sys.stderr.write(STOPPING + "\n")
+        sys.stderr.flush()
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        worker = threading.Thread(target=work, name="assess", daemon=True)
+        worker.start()
+        while worker.is_alive() and not step_ended.is_set():
+            worker.join(0.1)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if worker.is_alive() or (requested.is_set() and "result" not in done):
+        _exit_now(f"stopped after the {current[0]} step" if current else "stopped")
+    if "error" in done:
+        raise done["error"]
+    return done["result"]
+
+
+def _exit_now(what: str):
+    """Exit 130 without waiting for LM calls or tool runs still in flight in other threads."""
+    sys.stdout.flush()
+    sys.stderr.write(f"interrupted: {what}; no result was produced (run the command again to assess the image)\n")
+    sys.stderr.flush()
+    os._exit(EXIT_INTERRUPTED)
 
 
 _TERMINAL_CONTROL = re.compile(
