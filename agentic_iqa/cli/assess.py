@@ -54,7 +54,7 @@ def assess_command(
     concurrency: int = typer.Option(4, "--concurrency", "-j", min=1, max=64, help="Images assessed at once (LM calls overlap; tool runs take turns)."),
     allow_absolute: bool = flag("--allow-absolute", help="Let manifest paths point outside the manifest's folder (absolute paths, '..', symlinks)."),
     with_trace: bool = flag("--with-trace", help="Keep each result's full trace in the results file."),
-    no_progress: bool = flag("--no-progress", help="No progress bar (it is shown only on a terminal anyway)."),
+    no_progress: bool = flag("--no-progress", help="No progress on stderr (a bar on a terminal, else a line per 5 % of the images or per 10 s)."),
     # ── scale-out ──
     engine: str = typer.Option("local", "--engine", help="local | ray: run the batch on a Ray cluster (needs the [ray] extra); --out is then a folder of result shards."),
     address: Optional[str] = typer.Option(None, "--address", help="With --engine ray: the cluster to join (auto, ray://host:10001); default: start Ray on this machine."),
@@ -463,10 +463,13 @@ def _finish_batch(summary, as_json: bool, exit: bool = True) -> int:
 
 
 class _Progress:
-    """A rich progress bar on stderr (rate, ETA, failures); shown only on a terminal."""
+    """A rich progress bar on stderr (rate, ETA, failures) on a terminal; otherwise plain lines
+    (`LineProgress`: one per N images or per few seconds)."""
 
     def __init__(self, enabled: bool, console=None):
         from rich.console import Console
+
+        from agentic_iqa.cli.progress import LineProgress
         from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn,
                                    TimeElapsedColumn, TimeRemainingColumn)
 
@@ -477,6 +480,7 @@ class _Progress:
             TextColumn("{task.fields[status]}"),
             console=console, disable=not (enabled and console.is_terminal), transient=False,
         )
+        self.lines = LineProgress("assess") if enabled and not console.is_terminal else None
         self.task = None
 
     def __enter__(self):
@@ -485,11 +489,17 @@ class _Progress:
 
     def __exit__(self, *exc):
         self.progress.__exit__(*exc)
+        if self.lines and exc[0] is None:
+            self.lines.finish()
 
     def start(self, summary, n: int) -> None:
         self.task = self.progress.add_task("assess", total=n, rate="", status="")
+        if self.lines:
+            self.lines.start(n)
 
     def update(self, res, summary) -> None:
+        if self.lines:
+            self.lines.advance(failed=not res.ok)
         elapsed = self.progress.tasks[self.task].elapsed or 0.0
         rate = f"{summary.ran / elapsed:.2f} img/s" if elapsed > 0 else ""
         status = []
