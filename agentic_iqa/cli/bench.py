@@ -109,11 +109,13 @@ def eval_command(
         render(report, console=Console())
     for p in problems:
         Console(stderr=True).print(f"[yellow]skipped manifest {p}[/]")
+    # Exit 3: some rows were skipped (unusable manifest rows) or failed; unscored questions are neither.
     if problems or report["errors"]:
         raise typer.Exit(EXIT_PARTIAL)
 
 
 def render(report: dict, console) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     from agentic_iqa.bench.evaluate import fmt
@@ -143,9 +145,15 @@ def render(report: dict, console) -> None:
                          f"levels 3–5: top-1 {fmt(h['top1'])}, recall {fmt(h['recall'])} (n={h['n']})")
         if "mcq" in part:
             lines.append(f"multiple choice: accuracy {fmt(part['mcq']['accuracy'])} (n={part['mcq']['n']})")
+        if "unscored_answers" in part:
+            lines.append(f"questions without an answer key: {len(part['unscored_answers'])} answered, not scored "
+                         "(answers below; all of them in --json)")
         if "seconds_per_item_median" in part:
             lines.append(f"median time per item: {part['seconds_per_item_median']:.2f} s")
         for line in lines:
             console.print(line)
+        for a in part.get("unscored_answers", [])[:20]:
+            console.print(f"  {escape(a['id'])}: {escape(a['question'][:80])} → {escape((a['answer'] or '–')[:120])}",
+                          soft_wrap=True)
     for e in report.get("errors", [])[:10]:
         console.print(f"[red]failed[/] {e['id']} ({e['mode']}): {e['error'][:160]}")
