@@ -46,7 +46,7 @@ def test_broken_rows_are_skipped_with_their_line_numbers(folder):
         json.dumps({**good, "id": "ok"}),                                    # 7 duplicate id
         "# a comment",                                                       # 8 ignored
         json.dumps({**good, "id": "r", "reference": "img/nope.png"}),        # 9 missing reference
-        json.dumps({"id": "n", "image": "img/b.png"}),                       # 10 nothing to score against
+        json.dumps({"id": "n", "image": "img/b.png"}),                       # 10 nothing to assess
         json.dumps({**good, "id": "c", "category": "Blurs"}),                # 11 category contradicts type
         "[1, 2]",                                                            # 12 not an object
         json.dumps({**good, "id": "ok2", "image": "img/b.png"}),             # 13 fine
@@ -63,7 +63,7 @@ def test_broken_rows_are_skipped_with_their_line_numbers(folder):
     assert "level" in by_line[6]
     assert "duplicate id" in by_line[7]
     assert "missing reference file" in by_line[9]
-    assert "nothing to score" in by_line[10]
+    assert "nothing to assess" in by_line[10]
     assert "belongs to 'Noise'" in by_line[11]
     assert by_line[2].startswith("line 2:")
 
@@ -71,8 +71,10 @@ def test_broken_rows_are_skipped_with_their_line_numbers(folder):
 def test_answer_must_be_an_option():
     with pytest.raises(ValidationError, match="not one of the options"):
         ManifestRow(id="q", image="x.png", question="?", options={"A": "Yes", "B": "No"}, answer="C")
-    with pytest.raises(ValidationError, match="go together"):
-        ManifestRow(id="q", image="x.png", level=1, question="?")
+    with pytest.raises(ValidationError, match="an answer needs its question"):
+        ManifestRow(id="q", image="x.png", level=1, answer="A")
+    # A question without an answer key is a row of its own: asked, answered, not scored.
+    assert ManifestRow(id="q", image="x.png", question="What is the main distortion?").answer is None
 
 
 def test_kadid_csv_converter(folder):

@@ -32,3 +32,41 @@ def test_bench_make_then_eval_reports_metrics_and_skips_broken_rows(tmp_path):
         assert part["detection_levels_3_5"]["n"] == 6
     assert report["fr"]["detection_levels_3_5"]["top1"] >= 0.5
     assert (tmp_path / "p.png").stat().st_size > 1000
+
+
+def test_questions_without_an_answer_key_are_answered_unscored_and_exit_0(tmp_path):
+    from canned import write_test_image
+
+    for k in range(2):
+        write_test_image(tmp_path / f"i{k}.png", size=(96, 96), fmt="PNG", seed=k)
+    rows = [{"id": "open", "image": "i0.png", "question": "What is the main distortion?"},
+            {"id": "mcq", "image": "i1.png", "question": "Is it noisy?", "options": {"A": "Yes", "B": "No"}},
+            {"id": "keyed", "image": "i1.png", "question": "Is it blurry?", "options": {"A": "Yes", "B": "No"},
+             "answer": "B"}]
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    runner = CliRunner()
+    res = runner.invoke(app, ["eval", str(manifest), "--offline", "--mode", "nr", "--json"])
+    assert res.exit_code == 0, res.output  # nothing skipped, nothing failed: unscored answers are not errors
+    report = json.loads(res.stdout[res.stdout.index("{"):res.stdout.rindex("}") + 1])
+    assert report["errors"] == [] and report["skipped_rows"] == []
+    unscored = {a["id"]: a for a in report["nr"]["unscored_answers"]}
+    assert sorted(unscored) == ["mcq", "open"]
+    assert unscored["mcq"]["answer"] in ("A", "B") and len(unscored["open"]["answer"]) > 1  # open: text, not a letter
+    assert report["nr"]["mcq"]["n"] == 1  # only the keyed question is scored
+    human = runner.invoke(app, ["eval", str(manifest), "--offline", "--mode", "nr"])
+    assert human.exit_code == 0 and "questions without an answer key: 2 answered, not scored" in human.stdout
+    assert "open: What is the main distortion? →" in human.stdout
+
+    # An unusable row (an answer without its question) is skipped, said, and makes the run exit 3.
+    with manifest.open("a") as f:
+        f.write(json.dumps({"id": "bad", "image": "i0.png", "answer": "A"}) + "\n")
+    res = runner.invoke(app, ["eval", str(manifest), "--offline", "--mode", "nr", "--json"])
+    assert res.exit_code == 3 and "an answer needs its question" in res.stderr
+
+    # `assess --manifest` takes the same rows: each question answered, one result line per row, exit 3 for the bad row.
+    out = tmp_path / "r.jsonl"
+    res = runner.invoke(app, ["assess", "--manifest", str(manifest), "--offline", "--out", str(out), "--no-progress"])
+    assert res.exit_code == 3, res.output
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted(r["status"] for r in lines if r["status"] == "ok") == ["ok"] * 3 and all(r["answer"] for r in lines if r["status"] == "ok")

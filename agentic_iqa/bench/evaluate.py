@@ -2,10 +2,11 @@
 
 For every usable row: a scoring assessment without the reference (NR mode) and/or with it (FR mode),
 recording the fused score and the detected distortion categories (worst first); rows with a question
-also get the question asked. Metrics: SRCC / KRCC / PLCC (after the 4-parameter logistic) against
--level or MOS, overall and per type; intra-group SRCC; detection top-1 / recall; MCQ accuracy. Broken
-manifest rows are reported with their line numbers and skipped; an item whose assessment fails is
-recorded with its reason and skipped.
+get the question asked instead. Metrics: SRCC / KRCC / PLCC (after the 4-parameter logistic) against
+-level or MOS, overall and per type; intra-group SRCC; detection top-1 / recall; MCQ accuracy over the
+questions with an answer key. A question without an answer key is asked and its answer reported as
+unscored (not an error). Broken manifest rows are reported with their line numbers and skipped; an item
+whose assessment fails is recorded with its reason and skipped (the CLI exits 3 for either).
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ class ItemResult:
     score: Optional[float] = None
     detected: list[str] = field(default_factory=list)   # categories, worst first
     answer: Optional[str] = None                        # MCQ letter, for rows with a question
+    answer_text: Optional[str] = None                   # the answer as given (open questions have no letter)
     seconds: float = 0.0
     timings: dict = field(default_factory=dict)
     error: Optional[str] = None
@@ -97,6 +99,7 @@ def run_items(assessor, rows: list[ManifestRow], modes: list[Mode], concurrency:
         else:
             a = done.result
             item.answer = a.answer.strip()[:1].upper() if a.answer else None
+            item.answer_text = a.answer
             item.seconds += a.total_seconds
         remaining[j] -= 1
         if not remaining[j] and on_item:
@@ -128,9 +131,13 @@ def summarize(items: list[ItemResult]) -> dict:
         if mos:
             target = [i.row.mos if i.row.mos_higher_better else -i.row.mos for i in mos]
             part["vs_mos"] = metrics.correlations([i.score for i in mos], target)
-        mcq = [i for i in ok if i.row.question]
+        mcq = [i for i in ok if i.row.question and i.row.answer is not None]
         if mcq:
             part["mcq"] = metrics.mcq_accuracy([i.row.answer for i in mcq], [i.answer for i in mcq])
+        unscored = [i for i in ok if i.row.question and i.row.answer is None]
+        if unscored:  # questions without an answer key: asked, answered, not scored
+            part["unscored_answers"] = [{"id": i.row.id, "question": i.row.question, "answer": i.answer_text}
+                                        for i in unscored]
         times = sorted(i.seconds for i in ok)
         if times:
             part["seconds_per_item_median"] = times[len(times) // 2]

@@ -15,9 +15,11 @@ Fields (``ManifestRow``):
 ``split``      "train" or "test" (fixed by reference image; see ``agentic_iqa.bench.synth``).
 ``source``     name of the reference/content the row derives from; rows with the same source and type
                form one intra-group (level-vs-score) group.
-``question``, ``options`` (letter -> text), ``answer`` (a letter): optional multiple-choice question.
+``question``, ``options`` (letter -> text), ``answer`` (a letter): an optional question. With ``answer``
+               (the answer key) it is scored (MCQ accuracy); without one it is still asked, and `eval`
+               reports the model's answer as unscored (for per-image questions nobody has answered yet).
 
-Every row needs something to be scored against: a level, a MOS, or an answer.
+Every row needs something to assess: a level, a MOS, or a question.
 
 How public datasets map onto it (converted on the user's machine; nothing is downloaded here):
 
@@ -108,13 +110,13 @@ class ManifestRow(BaseModel):
                 self.category = expected
             elif expected is not None and self.category != expected:
                 raise ValueError(f"type {self.type!r} belongs to {expected!r}, not {self.category!r}")
-        if (self.question is None) != (self.answer is None):
-            raise ValueError("question and answer go together")
+        if self.answer is not None and self.question is None:
+            raise ValueError("an answer needs its question (a question alone is fine: it is asked, unscored)")
         if self.answer is not None and self.options is not None and self.answer not in self.options:
             raise ValueError(f"answer {self.answer!r} is not one of the options {sorted(self.options)}")
         require_target = (info.context or {}).get("require_target", True)
-        if require_target and self.level is None and self.mos is None and self.answer is None:
-            raise ValueError("row has nothing to score against (needs level, mos or answer)")
+        if require_target and self.level is None and self.mos is None and self.question is None:
+            raise ValueError("row has nothing to assess (needs level, mos or a question)")
         return self
 
     @property

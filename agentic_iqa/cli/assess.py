@@ -54,7 +54,7 @@ def assess_command(
     concurrency: int = typer.Option(4, "--concurrency", "-j", min=1, max=64, help="Images assessed at once (LM calls overlap; tool runs take turns)."),
     allow_absolute: bool = flag("--allow-absolute", help="Let manifest paths point outside the manifest's folder (absolute paths, '..', symlinks)."),
     with_trace: bool = flag("--with-trace", help="Keep each result's full trace in the results file (with --engine ray: in each row's result)."),
-    no_progress: bool = flag("--no-progress", help="No progress bar (it is shown only on a terminal anyway; with --engine ray: no Ray progress bars or progress log lines)."),
+    no_progress: bool = flag("--no-progress", help="No progress on stderr (a bar on a terminal, else a line per 5 % of the images or per 10 s; with --engine ray: no Ray progress bars or progress log lines)."),
     # ── scale-out ──
     engine: str = typer.Option("local", "--engine", help="local | ray: run the batch on a Ray cluster (needs the [ray] extra); --out is then a folder of result shards."),
     address: Optional[str] = typer.Option(None, "--address", help="With --engine ray: the cluster to join (auto, ray://host:10001); default: start Ray on this machine."),
@@ -210,7 +210,7 @@ def _run(image, query, reference, lm, api_base, config, offline, mode, programs,
     assessor = Assessor(_settings(lm, api_base, config, offline, programs, tool_options), make_lm=lm_or_demo)
     kw = dict(mode=mode, use_cache=not no_cache, resize_reference=resize_reference)
     if not show_progress:
-        return assessor.assess(image_path, query, reference_path, **kw)
+        return _interruptible(lambda on_event: assessor.assess(image_path, query, reference_path, on_event=on_event, **kw))
     from rich.console import Console
 
     console = Console(stderr=True)
@@ -221,7 +221,69 @@ def _run(image, query, reference, lm, api_base, config, offline, mode, programs,
             elif ev.get("event") == "tool_start":
                 status.update(f"running {ev['tool']}…")
 
-        return assessor.assess(image_path, query, reference_path, on_event=on_event, **kw)
+        return _interruptible(lambda watch: assessor.assess(
+            image_path, query, reference_path, on_event=lambda ev: (watch(ev), on_event(ev)), **kw))
+
+
+STOPPING = "stopping after the current step… (Ctrl-C again to stop now)"
+
+
+def _interruptible(run):
+    """`run(on_event)` with two-stage Ctrl-C: the first stops when the step in flight (an LM call, a tool
+    run) ends and no further step is waited for; the second stops at once. Either way: exit 130.
+
+    The assessment runs in a daemon thread and this (main) thread only waits: a Ctrl-C is handled at
+    once, not after the LM call or tool run in flight returns (their worker threads would otherwise
+    hold the interpreter open until they finish, up to the LM timeout)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return run(lambda ev: None)
+    step_ended, requested = threading.Event(), threading.Event()
+    current: list[str] = []
+    done: dict = {}
+
+    def watch(ev: dict) -> None:
+        if ev.get("event") == "start":
+            current[:] = [ev.get("stage", "")]
+        if ev.get("event") in ("end", "tool_end") and requested.is_set():
+            step_ended.set()
+
+    def work() -> None:
+        try:
+            done["result"] = run(watch)
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread as is
+            done["error"] = exc
+
+    def on_sigint(signum, frame) -> None:
+        if requested.is_set():
+            _exit_now("stopped")
+        requested.set()
+        sys.stderr.write(STOPPING + "\n")
+        sys.stderr.flush()
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        worker = threading.Thread(target=work, name="assess", daemon=True)
+        worker.start()
+        while worker.is_alive() and not step_ended.is_set():
+            worker.join(0.1)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if worker.is_alive() or (requested.is_set() and "result" not in done):
+        _exit_now(f"stopped after the {current[0]} step" if current else "stopped")
+    if "error" in done:
+        raise done["error"]
+    return done["result"]
+
+
+def _exit_now(what: str):
+    """Exit 130 without waiting for LM calls or tool runs still in flight in other threads."""
+    sys.stdout.flush()
+    sys.stderr.write(f"interrupted: {what}; no result was produced (run the command again to assess the image)\n")
+    sys.stderr.flush()
+    os._exit(EXIT_INTERRUPTED)
 
 
 _TERMINAL_CONTROL = re.compile(
@@ -419,10 +481,13 @@ def _finish_batch(summary, as_json: bool, exit: bool = True) -> int:
 
 
 class _Progress:
-    """A rich progress bar on stderr (rate, ETA, failures); shown only on a terminal."""
+    """A rich progress bar on stderr (rate, ETA, failures) on a terminal; otherwise plain lines
+    (`LineProgress`: one per N images or per few seconds)."""
 
     def __init__(self, enabled: bool, console=None):
         from rich.console import Console
+
+        from agentic_iqa.cli.progress import LineProgress
         from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn,
                                    TimeElapsedColumn, TimeRemainingColumn)
 
@@ -433,6 +498,7 @@ class _Progress:
             TextColumn("{task.fields[status]}"),
             console=console, disable=not (enabled and console.is_terminal), transient=False,
         )
+        self.lines = LineProgress("assess") if enabled and not console.is_terminal else None
         self.task = None
 
     def __enter__(self):
@@ -441,11 +507,17 @@ class _Progress:
 
     def __exit__(self, *exc):
         self.progress.__exit__(*exc)
+        if self.lines and exc[0] is None:
+            self.lines.finish()
 
     def start(self, summary, n: int) -> None:
         self.task = self.progress.add_task("assess", total=n, rate="", status="")
+        if self.lines:
+            self.lines.start(n)
 
     def update(self, res, summary) -> None:
+        if self.lines:
+            self.lines.advance(failed=not res.ok)
         elapsed = self.progress.tasks[self.task].elapsed or 0.0
         rate = f"{summary.ran / elapsed:.2f} img/s" if elapsed > 0 else ""
         status = []

@@ -8,6 +8,7 @@ from typing import Optional
 
 import typer
 
+from agentic_iqa.cli.progress import LineProgress
 from agentic_iqa.cli.common import EXIT_BAD_INPUT, EXIT_PARTIAL, fail, flag, setup_logging, with_tool_options, DEVICE_HELP, WEIGHTS_DIR_HELP
 
 app = typer.Typer(help="Make the synthetic benchmark.", no_args_is_help=True, add_completion=False)
@@ -71,19 +72,33 @@ def eval_command(
         fail(str(exc))
     modes = ["nr", "fr"] if mode == "both" else [mode]
     console = Console(stderr=True)
+    # On a terminal a live bar; otherwise (a log file, CI) a plain line per N items or per few seconds.
+    lines = None if (as_json or console.is_terminal) else LineProgress("eval")
     with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
-                  TimeRemainingColumn(), console=console, disable=as_json) as progress:
+                  TimeRemainingColumn(), console=console, disable=as_json or lines is not None) as progress:
         task = progress.add_task("assessing", total=None)
+
+        def on_item(item) -> None:
+            progress.advance(task)
+            if lines:
+                lines.advance(failed=item.error is not None)
+
+        def on_start(n: int) -> None:
+            progress.update(task, total=n)
+            if lines:
+                lines.start(n)
 
         try:
             report, items, problems = ev.evaluate(
                 manifest, assessor, modes=modes, split=split, limit=limit, concurrency=concurrency,
-                on_item=lambda item: progress.advance(task), on_start=lambda n: progress.update(task, total=n))
+                on_item=on_item, on_start=on_start)
         except ValueError as exc:  # the manifest itself cannot be read (rows' problems are reported, not raised)
             progress.stop()
             from rich.markup import escape
 
             fail(escape(str(exc)))
+    if lines:
+        lines.finish()
     report["backend"] = assessor.roles.name
     if plot_path:
         ev.plot(items, plot_path)
@@ -94,11 +109,13 @@ def eval_command(
         render(report, console=Console())
     for p in problems:
         Console(stderr=True).print(f"[yellow]skipped manifest {p}[/]")
+    # Exit 3: some rows were skipped (unusable manifest rows) or failed; unscored questions are neither.
     if problems or report["errors"]:
         raise typer.Exit(EXIT_PARTIAL)
 
 
 def render(report: dict, console) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     from agentic_iqa.bench.evaluate import fmt
@@ -128,9 +145,15 @@ def render(report: dict, console) -> None:
                          f"levels 3–5: top-1 {fmt(h['top1'])}, recall {fmt(h['recall'])} (n={h['n']})")
         if "mcq" in part:
             lines.append(f"multiple choice: accuracy {fmt(part['mcq']['accuracy'])} (n={part['mcq']['n']})")
+        if "unscored_answers" in part:
+            lines.append(f"questions without an answer key: {len(part['unscored_answers'])} answered, not scored "
+                         "(answers below; all of them in --json)")
         if "seconds_per_item_median" in part:
             lines.append(f"median time per item: {part['seconds_per_item_median']:.2f} s")
         for line in lines:
             console.print(line)
+        for a in part.get("unscored_answers", [])[:20]:
+            console.print(f"  {escape(a['id'])}: {escape(a['question'][:80])} → {escape((a['answer'] or '–')[:120])}",
+                          soft_wrap=True)
     for e in report.get("errors", [])[:10]:
         console.print(f"[red]failed[/] {e['id']} ({e['mode']}): {e['error'][:160]}")

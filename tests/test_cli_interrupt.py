@@ -1,0 +1,108 @@
+"""Ctrl-C on `agentic-iqa assess` (issue 12): a real process, a slow local fake server, real SIGINTs.
+
+The first Ctrl-C says it is stopping and no further step starts; the second stops at once, even with
+an LM call in flight that would take minutes; a batch keeps the lines it already wrote. Exit 130."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from canned import valid_reply, write_test_image
+from fake_openai import FakeOpenAIServer, Reply, route_of, scripted
+
+from agentic_iqa.cli.assess import STOPPING
+
+SLOW = 600.0  # an LM call that would outlive the test's own timeout: only a prompt exit passes
+
+
+def _routes(**slow_routes) -> dict:
+    routes = {"plan": valid_reply("plan"), "detect": valid_reply("detect"), "analyze": valid_reply("analyze"),
+              "select": {"selected_tools": {"Global": {"Blurs": "PIQE", "Noise": "PIQE"}}},
+              "score": valid_reply("score", level="B")}
+    for route, replies in slow_routes.items():
+        routes[route] = replies
+    return routes
+
+
+def _cli(srv, config_dir, *args) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "COLUMNS": "200"}
+    env.pop("OPENAI_API_KEY", None)
+    return subprocess.Popen(
+        [sys.executable, "-c", "from agentic_iqa.cli import main; main()", "assess", *args, "--lm", "openai/fake",
+         "--api-base", srv.base_url, "--no-cache", "--config", str(config_dir)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )
+
+
+def _wait_for(condition, proc, what: str, limit: float = 120.0) -> None:
+    deadline = time.monotonic() + limit
+    while not condition():
+        if proc.poll() is not None:
+            raise AssertionError(f"the process ended before {what}: {proc.communicate()}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(f"never saw {what}")
+        time.sleep(0.05)
+
+
+def _requested(srv, route: str) -> bool:
+    return any(route_of(r["body"]) == route for r in srv.requests)
+
+
+@pytest.fixture()
+def image(tmp_path):
+    return write_test_image(tmp_path / "photo.jpg", size=(128, 96))
+
+
+def test_first_ctrl_c_says_so_and_no_further_step_starts(tmp_path, image):
+    # The analysis call takes a few seconds; the Ctrl-C arrives while it is in flight.
+    slow = Reply(content=json.dumps(valid_reply("analyze")), delay=4.0)
+    with FakeOpenAIServer(scripted(_routes(analyze=slow))) as srv:
+        proc = _cli(srv, tmp_path, str(image))
+        _wait_for(lambda: _requested(srv, "analyze"), proc, "the analysis request")
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+        routes = [route_of(r["body"]) for r in srv.requests]
+    assert proc.returncode == 130, (out, err)
+    assert STOPPING in err and "Traceback" not in err
+    assert "interrupted: stopped after the" in err and "no result was produced" in err
+    assert "score" not in routes  # the summarizer never ran: stopped after the step in flight
+    assert "Level" not in out
+
+
+def test_second_ctrl_c_stops_at_once_with_an_lm_call_in_flight(tmp_path, image):
+    slow = Reply(content=json.dumps(valid_reply("detect")), delay=SLOW)
+    with FakeOpenAIServer(scripted(_routes(detect=slow))) as srv:
+        proc = _cli(srv, tmp_path, str(image))
+        _wait_for(lambda: _requested(srv, "detect"), proc, "the detection request")
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.5)
+        assert proc.poll() is None  # the first Ctrl-C waits for the step in flight
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)  # a 600 s call in flight: only an immediate exit gets here
+    assert proc.returncode == 130, (out, err)
+    assert err.count(STOPPING) == 1 and "interrupted: stopped; no result was produced" in err
+    assert "Traceback" not in err
+
+
+def test_ctrl_c_in_a_batch_keeps_the_lines_already_written(tmp_path):
+    images = [write_test_image(tmp_path / f"img{i}.jpg", size=(128, 96), seed=i) for i in range(3)]
+    out_file = tmp_path / "results.jsonl"
+    # The first image is answered at once; from the second on, the planner's reply never comes in time.
+    plans = [valid_reply("plan"), Reply(content=json.dumps(valid_reply("plan")), delay=SLOW)]
+    with FakeOpenAIServer(scripted(_routes(plan=plans))) as srv:
+        proc = _cli(srv, tmp_path, *map(str, images), "--out", str(out_file), "-j", "1", "--no-progress")
+        _wait_for(lambda: out_file.exists() and out_file.read_text().count("\n") >= 1, proc, "the first result line")
+        _wait_for(lambda: sum(route_of(r["body"]) == "plan" for r in srv.requests) >= 2, proc, "the second item")
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, (out, err)
+    lines = out_file.read_text().splitlines()
+    assert len(lines) == 1 and json.loads(lines[0])["status"] == "ok"
+    assert "--resume" in out and "Traceback" not in err
