@@ -69,8 +69,6 @@ class AgenticIQAState(TypedDict):
     # Computed once per assessment, on first use.
     vlm_image: NotRequired[Annotated[Optional[Any], keep_first]]          # dspy.Image sent to the VLM
     vlm_reference: NotRequired[Annotated[Optional[Any], keep_first]]      # the reference's, in FR mode
-    image_pixels: NotRequired[Annotated[Optional[Any], keep_first]]       # float RGB array (offline analyst)
-    reference_pixels: NotRequired[Annotated[Optional[Any], keep_first]]
     offline_analyses: NotRequired[Annotated[Optional[dict], keep_first]]  # offline severity statistics
     lm_unreachable: NotRequired[Annotated[Optional[str], keep_first]]     # why the LM was given up on
     # Bookkeeping, appended to by every node.
@@ -81,7 +79,7 @@ class AgenticIQAState(TypedDict):
 
 
 #: The state keys a role may fill once per assessment (`AssessmentContext.once`).
-ONCE_KEYS = frozenset({"vlm_image", "vlm_reference", "image_pixels", "reference_pixels", "offline_analyses"})
+ONCE_KEYS = frozenset({"vlm_image", "vlm_reference", "offline_analyses"})
 
 
 class TraceEvent(BaseModel):

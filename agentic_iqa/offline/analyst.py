@@ -49,9 +49,9 @@ class OfflineRoles:
         def measure() -> dict:
             from agentic_iqa.offline import severity
 
-            image = _as_array(ctx, "image", ctx.image_path)
-            reference = _as_array(ctx, "reference", ctx.reference_path) if ctx.reference_path else None
-            if reference is not None and reference.shape != image.shape:
+            size, image = _working_pixels(ctx, ctx.image_path)
+            ref_size, reference = _working_pixels(ctx, ctx.reference_path) if ctx.reference_path else (None, None)
+            if reference is not None and ref_size != size:
                 ctx.trace.add("analyze", "note", "reference size differs from the image: no-reference statistics used")
                 reference = None
             return severity.analyze(image, reference)
@@ -127,14 +127,15 @@ class OfflineRoles:
         return SummarizerOutput(final_answer=answer, quality_reasoning=reasoning)
 
 
-def _as_array(ctx: AssessmentContext, key: str, path) -> "object":
-    """The decoded image as float RGB HxWx3, through the registry's loader (16-bit, RGBA, CMYK handled)."""
-    def decode():
-        from iqa_tools import load_image
+def _working_pixels(ctx: AssessmentContext, path) -> tuple[tuple[int, int], "object"]:
+    """(full size, float RGB H×W×3 at the statistics' working size), through the registry's loader (16-bit,
+    RGBA, CMYK handled). Only the working-size copy is kept: the full-size float copy of a 48 MP photo is
+    576 MB, held for the whole assessment when it was kept (the analyses are computed once anyway)."""
+    from agentic_iqa.offline.stats import at_working_size
+    from iqa_tools import load_image
 
-        return load_image(path, max_pixels=ctx.settings.pipeline.max_image_pixels).float_pixels()
-
-    return ctx.once(f"{key}_pixels", decode)
+    loaded = load_image(path, max_pixels=ctx.settings.pipeline.max_image_pixels)
+    return loaded.size, at_working_size(loaded.float_pixels())
 
 
 def _ranked(analyses: dict) -> list:
