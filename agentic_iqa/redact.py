@@ -23,7 +23,7 @@ import logging
 import os
 import re
 import threading
-from typing import Any
+from typing import Any, Optional
 
 MASK = "***"
 _MIN_SECRET = 8
@@ -55,14 +55,15 @@ def secret_values() -> list[str]:
     return sorted(found, key=len, reverse=True)
 
 
-def redact(text: Any) -> Any:
-    """`text` with every secret masked; non-strings are returned unchanged."""
+def redact(text: Any, secrets: Optional[list[str]] = None) -> Any:
+    """`text` with every secret masked; non-strings are returned unchanged. `secrets`: `secret_values()`
+    computed by the caller once for many strings (it scans the environment)."""
     if not isinstance(text, str) or not text:
         return text
     if _SURROGATE.search(text):
         text = _NOT_A_BYTE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)  # surrogates not from a file name
         text = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-    for value in secret_values():
+    for value in secret_values() if secrets is None else secrets:
         if value in text:
             text = text.replace(value, MASK)
     for pattern in _PATTERNS:
@@ -70,14 +71,18 @@ def redact(text: Any) -> Any:
     return text
 
 
-def redact_data(value: Any) -> Any:
-    """A copy of a JSON-like value (dicts, lists, tuples, strings) with every string redacted."""
+def redact_data(value: Any, secrets: Optional[list[str]] = None) -> Any:
+    """A copy of a JSON-like value (dicts, lists, tuples, strings) with every string redacted (the secrets
+    are looked up once for the whole value: a result holds ~130 strings)."""
+    secrets = secret_values() if secrets is None else secrets
     if isinstance(value, str):
-        return redact(value)
+        return redact(value, secrets)
     if isinstance(value, dict):
-        return {redact(k): redact_data(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(redact_data(v) for v in value) if isinstance(value, list) else tuple(redact_data(v) for v in value)
+        return {redact(k, secrets): redact_data(v, secrets) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redact_data(v, secrets) for v in value]
+    if isinstance(value, tuple):
+        return tuple(redact_data(v, secrets) for v in value)
     return value
 
 
