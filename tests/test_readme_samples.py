@@ -46,3 +46,27 @@ def test_render_fills_only_the_marked_blocks():
                    "<!-- /sample -->\nend\n")
     with pytest.raises(KeyError, match="does not know"):
         mod.render("<!-- sample: nope -->\n<!-- /sample -->", {})
+
+
+def test_readme_names_every_package_of_the_pip_warning():
+    """The install's resolver warning lists pyiqa's declared dependencies that the lean install leaves out;
+    the README names them all (so nobody is alarmed by one it does not mention), and only those."""
+    import importlib.metadata as md
+    import re
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    listed = {w.strip() for w in re.search(r"<!-- pip-warning -->(.*?)<!-- /pip-warning -->", text, re.S).group(1)
+              .replace("\n", " ").split(",")}
+    declared = {re.split(r"[ ;<>=!~\[]", r)[0].lower() for r in md.requires("pyiqa")}
+    assert listed <= declared, listed - declared
+
+    def installed(name: str) -> bool:
+        try:
+            md.version(name)
+            return True
+        except md.PackageNotFoundError:
+            return False
+
+    missing = {name for name in declared if not installed(name)}
+    assert missing <= listed, f"pip would also name {sorted(missing - listed)}: add them to the README"
+    assert f"and {len(listed)} lines `pyiqa" in text.replace("\n", " ")
