@@ -140,10 +140,9 @@ THREADS_ENV = "AGENTIC_IQA_TORCH_THREADS"
 def tool_threads() -> int:
     """torch intra-op threads for tool runs: AGENTIC_IQA_TORCH_THREADS, else OMP_NUM_THREADS, else 1.
 
-    One thread by measurement (benchmarks/RESULTS.md, "Speed (issue 14)"): the weight-free tools are
-    memory-bound chains of small ops, and on this 2-core machine 2 threads were no faster for one
-    image at a time and slower under concurrency (8 images in flight, other jobs on the cores).
-    Never more than `available_cores()`."""
+    One thread by measurement (benchmarks/RESULTS.md, "Speed (issue 14)", threads_bench.py): on the
+    shared 2-core machine 2 threads were slower for PIQE and NIQE with 8 images in flight, and much
+    slower per item under load in the Ray measurements. Never more than `available_cores()`."""
     for var in (THREADS_ENV, "OMP_NUM_THREADS"):
         try:
             wanted = int(os.environ.get(var, ""))
