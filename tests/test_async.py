@@ -107,10 +107,14 @@ def test_async_errors_and_fallbacks_match_the_sync_path(tmp_path, image):
 
 def test_async_counts_every_http_request_like_the_sync_path(tmp_path, image):
     """The planner's first request gets a 500 and the LM's own retry the plan: both count, sync and async."""
+    with FakeOpenAIServer(scripted(ROUTES)) as srv:
+        clean = _assessor(tmp_path, srv).assess(image, "Rate the quality of this photo")
     with FakeOpenAIServer(scripted({**ROUTES, "plan": [Reply(status=500), valid_reply("plan")]})) as srv:
         a = _assessor(tmp_path, srv)
         result = asyncio.run(a.assess_async(image, "Rate the quality of this photo"))
     assert len(srv.requests) == 6 and result.lm_calls == 6 and result.retries == 1
+    # The image went out 4 times without the retry (plan, detect, analyze, score), 5 times with it.
+    assert clean.image_bytes_sent > 0 and result.image_bytes_sent * 4 == clean.image_bytes_sent * 5
 
 
 def test_async_offline_analyst_matches_sync(tmp_path):
