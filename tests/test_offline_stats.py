@@ -167,3 +167,14 @@ def test_shipped_thresholds_record_their_fit():
     for mode in ("nr", "fr"):
         assert set(th[mode]) == {d.name for d in sv.DETECTORS}
         assert all(0.0 <= fit["clean_offset"] <= 2.5 for fit in th[mode].values())
+
+
+def test_too_small_images_get_a_clear_reason_not_an_index_error():
+    import numpy as np
+    import pytest
+
+    from agentic_iqa.offline.stats import MIN_SIDE, measure
+
+    with pytest.raises(ValueError, match=r"16×16 px: too small for the offline analyst's statistics"):
+        measure(np.full((16, 16, 3), 0.5, np.float32))
+    assert measure(np.random.default_rng(0).random((MIN_SIDE, MIN_SIDE, 3)).astype(np.float32))["lap_var"] > 0

@@ -269,9 +269,15 @@ def _chroma_planes(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return np.ascontiguousarray(x[..., 2] - y), np.ascontiguousarray(x[..., 0] - y)
 
 
+MIN_SIDE = 24  # the noise statistics need whole 8×8 blocks clear of the border
+
+
 def measure(image: ImageLike) -> dict[str, float]:
     """No-reference statistics of one image (see the module docstring for units and working size)."""
     x = at_working_size(as_float_rgb(image))
+    if min(x.shape[:2]) < MIN_SIDE:
+        raise ValueError(f"the image is {x.shape[1]}×{x.shape[0]} px: too small for the offline analyst's "
+                         f"statistics (at least {MIN_SIDE} px a side)")
     y = luma(x)
     y255 = y * 255
     f, m, c = band_energies(y)
