@@ -1,4 +1,4 @@
-"""Example images for quick starts and tests: scikit-image's bundled samples written to our cache dir.
+"""Example images for quick starts and tests: scikit-image's bundled samples written to the user cache dir.
 
     example_image("chelsea")              -> ~/.cache/agentic-iqa/examples/chelsea.png
     example_image("coffee", fmt="jpg")    -> …/coffee_q90.jpg
@@ -34,8 +34,27 @@ def example_image(
         raise ImageError(f"unknown example image {name!r}; choose one of: {', '.join(EXAMPLES)}")
     if fmt not in ("png", "jpg"):
         raise ValueError(f"fmt must be 'png' or 'jpg', not {fmt!r}")
+    filename = f"{name}.png" if fmt == "png" else f"{name}_q{quality}.jpg"
     folder = Path(directory) if directory else user_cache_dir() / "examples"
-    path = folder / (f"{name}.png" if fmt == "png" else f"{name}_q{quality}.jpg")
+    try:
+        return _written(name, fmt, quality, folder / filename)
+    except OSError:
+        if directory:
+            raise
+    # The user cache is not writable (read-only home, a file where the folder should be): the samples are
+    # regenerable, so a private temporary folder of this process does as well.
+    global _fallback_dir
+    if _fallback_dir is None:
+        _fallback_dir = Path(tempfile.mkdtemp(prefix="agentic-iqa-examples-"))
+    return _written(name, fmt, quality, _fallback_dir / filename)
+
+
+_fallback_dir: Optional[Path] = None
+
+
+def _written(name: str, fmt: str, quality: int, path: Path) -> Path:
+    """`path`, written from the scikit-image sample once (atomically)."""
+    folder = path.parent
     if path.is_file():
         return path
 

@@ -185,3 +185,15 @@ def test_a_repeated_offline_assessment_does_not_import_torch(tmp_path):
     runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
             for _ in range(2)]
     assert [r.stdout.split()[-2:] for r in runs] == [["False", "True"], ["True", "False"]], [r.stderr[-500:] for r in runs]
+
+
+def test_example_images_work_when_the_user_cache_is_not_writable(tmp_path, monkeypatch):
+    """A file where the cache folder should be (or a read-only home): examples go to a private temp folder."""
+    import iqa_tools.examples as ex
+
+    blocker = tmp_path / "cache-is-a-file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))
+    monkeypatch.setattr(ex, "_fallback_dir", None)
+    path = ex.resolve_example("example:coins")
+    assert path.is_file() and not str(path).startswith(str(blocker)) and path.stat().st_size > 0
