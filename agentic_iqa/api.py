@@ -223,24 +223,28 @@ class Assessor:
         # "file not found".
         loaded = load_image(image if isinstance(image, str) else image_path, max_pixels=p.max_image_pixels)
         notes += list(getattr(loaded, "notes", []) or [])
+        label, (width, height) = loaded.label, loaded.size
+        image_sha = loaded.sha256 if reference_path is not None else None
+        # The decoded pixels are not needed any more (tools and roles read the file themselves): freed before
+        # the reference is decoded, so a large pair is never held twice here.
+        del loaded
         tmp_dir, given_reference = None, reference_path
         if reference_path is not None:
             ref = load_image(reference if isinstance(reference, str) else reference_path, max_pixels=p.max_image_pixels)
             notes += [f"reference: {n}" for n in (getattr(ref, "notes", []) or [])]
-            if ref.size != loaded.size:
+            if ref.size != (width, height):
                 # Full-reference tools compare pixel by pixel: refuse now rather than after the LM calls.
                 if not resize_reference:
                     raise ImageSizeMismatchError(
-                        f"{loaded.label} is {loaded.width}×{loaded.height} but the reference {ref.label} is "
+                        f"{label} is {width}×{height} but the reference {ref.label} is "
                         f"{ref.width}×{ref.height}; full-reference tools compare pixel by pixel: crop or resize them "
                         "to the same size, or pass --resize-reference (resize_reference=True) to resize the reference"
                     )
-                tmp_dir, reference_path = _resized_reference(ref, loaded.size)
-                notes.append(f"reference resized from {ref.width}×{ref.height} to {loaded.width}×{loaded.height} (bicubic) for full-reference tools")
-            elif ref.sha256 == loaded.sha256:
+                tmp_dir, reference_path = _resized_reference(ref, (width, height))
+                notes.append(f"reference resized from {ref.width}×{ref.height} to {width}×{height} (bicubic) for full-reference tools")
+            elif ref.sha256 == image_sha:
                 notes.append("the reference is the same file content as the image: full-reference tools will report perfect quality")
             del ref
-        del loaded  # the decoded tensor is not needed any more; tools and roles read the file themselves
         state = {
             "query": text,
             "image_path": str(image_path),
