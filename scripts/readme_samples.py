@@ -30,8 +30,8 @@ SAMPLES: dict[str, tuple[str, list[str] | str]] = {
     "assess-mcq": ('agentic-iqa assess example:chelsea -q "Is the image blurry? A. Yes B. No"',
                    ["assess", "example:chelsea", "-q", "Is the image blurry? A. Yes B. No"]),
     "python": (
-        'python -c "from agentic_iqa import assess; r = assess(\'example:chelsea\'); print(r.score, r.level, repr(r.answer))"',
-        "from agentic_iqa import assess; r = assess('example:chelsea'); print(r.score, r.level, repr(r.answer))",
+        'python -c "from agentic_iqa import assess; r = assess(\'example:chelsea\'); print(round(r.score, 3), r.level, repr(r.answer))"',
+        "from agentic_iqa import assess; r = assess('example:chelsea'); print(round(r.score, 3), r.level, repr(r.answer))",
     ),
 }
 
