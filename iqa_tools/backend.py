@@ -74,6 +74,16 @@ def torch_if_loaded() -> Optional[ModuleType]:
     return module
 
 
+def accelerator_possible() -> bool:
+    """Whether torch could find a GPU here, answered without importing torch: False only on Linux with no
+    NVIDIA (/dev/nvidia*), ROCm (/dev/kfd) or WSL (/dev/dxg) device node, where CUDA, ROCm and MPS all report
+    unavailable. Elsewhere (macOS: MPS; Windows) only torch can tell, so True."""
+    if not sys.platform.startswith("linux"):
+        return True
+    dev = Path("/dev")
+    return any(dev.glob("nvidia*")) or (dev / "kfd").exists() or (dev / "dxg").exists()
+
+
 # ── cores and threads ───────────────────────────────────────────────────────────────────────────
 
 

@@ -9,10 +9,14 @@ pooling between MS-SSIM scales, the weights — is pyiqa's code or a line-by-lin
 pyiqa's to ~1e-7 relative (pyiqa rounds its 2-D window to float32; the 1-D passes use float64 weights).
 tests/test_kernels.py compares them; benchmarks/tools_bench.py --vs-raw times them.
 
+The NR tools BRISQUE, NIQE and PIQE have torch-free kernels (iqa_tools.nss): NumPy/SciPy/OpenCV on the
+decoded pixels, so an assessment that runs only those never imports torch or pyiqa (~3 s of a cold call).
+
 A kernel replaces a metric only with pyiqa's default options (no `metric_kwargs`) on the CPU.
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 import cv2
@@ -101,6 +105,36 @@ class MS_SSIM:
 
 
 KERNELS: dict[str, Callable[[], Any]] = {"ssim": SSIM, "ms_ssim": MS_SSIM}
+
+
+class NumpyKernel:
+    """A torch-free kernel: called with one H×W×3 pixel array (uint8, or float32 in [0, 1]), returns the score."""
+
+    def __init__(self, metric: str, model_path: Optional[str] = None):
+        from iqa_tools import nss
+
+        self.metric = metric
+        make = nss.NUMPY_TOOLS[metric]
+        self._score = make(Path(model_path)) if model_path else make()
+
+    def __call__(self, pixels: Any) -> float:
+        return self._score(pixels)
+
+
+def numpy_kernel_applies(metric: str, metric_kwargs: dict) -> bool:
+    """Whether `metric` with these options has a torch-free kernel (pyiqa's defaults only)."""
+    return metric in NUMPY_METRICS and not metric_kwargs
+
+
+NUMPY_METRICS = ("brisque", "niqe", "piqe")
+
+
+def numpy_kernel_for(metric: str, metric_kwargs: dict, device: str, model_path: Optional[str] = None) -> Optional[NumpyKernel]:
+    """A torch-free kernel standing in for pyiqa's `metric` on the CPU, or None. `device` is a device
+    string ("cpu", "cuda:0", …); checking it does not import torch."""
+    if not numpy_kernel_applies(metric, metric_kwargs) or device.split(":")[0] != "cpu":
+        return None
+    return NumpyKernel(metric, model_path)
 
 
 def kernel_for(metric: str, metric_kwargs: dict, device: str) -> Optional[Any]:

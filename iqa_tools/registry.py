@@ -5,7 +5,8 @@
     reg.run("TOPIQ_FR", "img.png", reference="ref.png")        # [ToolExecutionLog, ...]; never raises for
                                                                # tool failures: logs them and falls back
 Each pyiqa metric is created lazily, once per (tool, device), and reused; a per-metric lock serializes
-its use, so one registry can be shared by threads. Importing this module does not import torch or pyiqa.
+its use, so one registry can be shared by threads. Importing this module does not import torch or pyiqa,
+and running only tools with a torch-free kernel on the CPU (BRISQUE, NIQE, PIQE: iqa_tools.kernels) never does.
 """
 from __future__ import annotations
 
@@ -233,7 +234,7 @@ class ToolRegistry:
             if metric is not None:
                 return metric, self._metric_locks[(spec.name, self._device)], self._device
         found = self._preflight(spec)  # before the device check, which imports torch (~2 s)
-        device = self.device
+        device = self._tool_device(spec)
         key = (spec.name, device)
         with self._lock:
             lock = self._metric_locks.setdefault(key, threading.Lock())
@@ -244,6 +245,15 @@ class ToolRegistry:
                 self._metrics[key] = metric
                 self._availability.pop(spec.name, None)  # it may have just downloaded its weights
         return metric, lock, device
+
+    def _tool_device(self, spec: ToolSpec) -> str:
+        """The device, resolved without torch when `spec` has a torch-free kernel and the answer is the CPU
+        ("cpu" requested, or "auto" on a machine with no GPU device at all), so that torch stays unloaded."""
+        if self._device is None and kernels.numpy_kernel_applies(spec.metric, spec.metric_kwargs):
+            requested = self.requested_device
+            if requested == "cpu" or (requested in ("", "auto") and not backend.accelerator_possible()):
+                self._device = "cpu"  # what _resolve_device would answer, without importing torch
+        return self.device
 
     def _preflight(self, spec: ToolSpec) -> weights.WeightCheck:
         """Fail fast, without network or torch, when the tool's packages or files are missing."""
@@ -272,6 +282,13 @@ class ToolRegistry:
         elif found.model_path is not None:
             kwargs["pretrained_model_path"] = str(found.model_path)
 
+        try:
+            fast = kernels.numpy_kernel_for(spec.metric, spec.metric_kwargs, device, kwargs.get("pretrained_model_path"))
+        except (OSError, ValueError, RuntimeError) as exc:  # a model file that cannot be read (ModelFileError, …)
+            raise ToolRunError(f"{spec.name}: {exc}", tool=spec.name) from exc
+        if fast is not None:  # pyiqa's score without torch (iqa_tools.nss)
+            return fast
+
         pyiqa, torch = backend.pyiqa(), backend.torch()
         kernel = kernels.kernel_for(spec.metric, spec.metric_kwargs, torch.device(device).type)
         if kernel is not None:  # the same score, faster (iqa_tools.kernels)
@@ -296,12 +313,27 @@ class ToolRegistry:
 
     @staticmethod
     def _forward(metric: Any, lock: threading.Lock, spec: ToolSpec, x: Any, ref: Any) -> list[float]:
+        """Raw scores of a batch: tensors for pyiqa metrics, a list of LoadedImages for a NumpyKernel."""
+        if isinstance(metric, kernels.NumpyKernel):
+            with lock:
+                return [float(metric(img.pixels)) for img in x]
         torch = backend.torch()
         with lock, torch.inference_mode():  # no autograd bookkeeping at all (pyiqa only turns grad off)
             out = metric(x, ref) if spec.mode == "FR" else metric(x)
         if isinstance(out, (tuple, list)):
             out = out[0]
         return [float(v) for v in out.detach().reshape(-1).double().cpu().tolist()]
+
+    @staticmethod
+    def _inputs(metric: Any, imgs: list[LoadedImage], refs: Optional[list[LoadedImage]]) -> tuple[Any, Any]:
+        """What `_forward` passes on: the images themselves for a NumpyKernel (it reads their pixels, so no
+        tensor and no torch), else batched tensors."""
+        if isinstance(metric, kernels.NumpyKernel):
+            return imgs, None
+        torch = backend.torch()
+        x = imgs[0].tensor if len(imgs) == 1 else torch.cat([im.tensor for im in imgs])
+        r = None if refs is None else (refs[0].tensor if len(refs) == 1 else torch.cat([im.tensor for im in refs]))
+        return x, r
 
     # ------------------------------------------------------------------ checks
     @staticmethod
@@ -377,7 +409,7 @@ class ToolRegistry:
         self._check_sizes(spec, img, ref)
         img, ref = self._working(spec, img, ref)
         try:
-            raw = self._forward(metric, lock, spec, img.tensor, ref.tensor if ref else None)[0]
+            raw = self._forward(metric, lock, spec, *self._inputs(metric, [img], [ref] if ref else None))[0]
         except Exception as exc:
             raise ToolRunError(f"{spec.name} failed on {img.label}: {type(exc).__name__}: {exc}", tool=spec.name) from exc
         return self._finish(spec, raw, img, time.perf_counter() - t0, device, key)
@@ -396,8 +428,6 @@ class ToolRegistry:
         missing reference, non-finite score). Problems of the tool itself (unknown, not installed, weights
         missing, NR tool given references) raise, since no item could succeed.
         """
-        torch = backend.torch()
-
         spec = self.spec(name)
         images = list(images)
         refs = list(references) if references is not None else [None] * len(images)
@@ -443,8 +473,7 @@ class ToolRegistry:
             for items in groups.values():
                 t0 = time.perf_counter()
                 try:
-                    x = torch.cat([it[1].tensor for it in items])
-                    r = torch.cat([it[2].tensor for it in items]) if spec.mode == "FR" else None
+                    x, r = self._inputs(metric, [it[1] for it in items], [it[2] for it in items] if spec.mode == "FR" else None)
                     raws = self._forward(metric, lock, spec, x, r)
                     if len(raws) != len(items):
                         raise ToolRunError(f"{spec.name} returned {len(raws)} scores for a batch of {len(items)}")
@@ -455,7 +484,7 @@ class ToolRegistry:
                     for _, img, ref, _, _ in items:
                         t1 = time.perf_counter()
                         try:
-                            per_item.append((self._forward(metric, lock, spec, img.tensor, ref.tensor if ref else None)[0], time.perf_counter() - t1))
+                            per_item.append((self._forward(metric, lock, spec, *self._inputs(metric, [img], [ref] if ref else None))[0], time.perf_counter() - t1))
                         except Exception as exc:
                             per_item.append((ToolRunError(f"{spec.name} failed on {img.label}: {type(exc).__name__}: {exc}", tool=spec.name), 0.0))
                 for (i, img, _, key, spent), (raw, secs) in zip(items, per_item):
