@@ -54,3 +54,179 @@ def test_registry_scores_ssim_with_the_kernel(tmp_path):
         assert isinstance(reg._metrics[(tool, "cpu")], kernels.KERNELS[metric])
         raw = float(pyiqa.create_metric(metric, device=torch.device("cpu"))(str(dp), str(rp)))
         assert s.raw_score == pytest.approx(raw, rel=1e-6)
+
+
+# ── torch-free NR kernels (iqa_tools.nss): BRISQUE, NIQE, PIQE ─────────────────────────────────
+
+
+def _nr_images() -> dict[str, np.ndarray]:
+    """Several sizes and odd shapes, a greyscale photo, noise and a 16-bit-like float input."""
+    ast = Image.fromarray(skimage.data.astronaut())
+    coffee = skimage.data.coffee()
+    noisy = np.clip(coffee + np.random.default_rng(3).normal(0, 12, coffee.shape), 0, 255).astype(np.uint8)
+    return {
+        "512x384": np.asarray(ast.resize((512, 384), Image.Resampling.LANCZOS)),
+        "odd 333x201 blurred": np.asarray(ast.resize((333, 201)).filter(ImageFilter.GaussianBlur(1.2))),
+        "small 130x97": np.asarray(ast.resize((130, 97))),
+        "greyscale 512x512": np.repeat(skimage.data.camera()[..., None], 3, axis=2),
+        "noisy 600x400": noisy,
+        "odd crop 427x299": skimage.data.chelsea()[:299, :427],
+        "float 301x250": (skimage.data.astronaut()[:250, :301].astype(np.float32) / 255 * 0.9).astype(np.float32),
+        "1024x768": np.asarray(Image.fromarray(skimage.data.rocket()).resize((1024, 768))),
+    }
+
+
+NR_IMAGES = _nr_images()
+
+
+def _pyiqa_tensor(px: np.ndarray):
+    """The tensor LoadedImage.tensor gives pyiqa for these pixels."""
+    torch = backend.torch()
+    t = torch.from_numpy(px.copy()).permute(2, 0, 1).unsqueeze(0).float()
+    return t.div_(255.0) if px.dtype == np.uint8 else t
+
+
+@pytest.fixture(scope="module")
+def pyiqa_nr():
+    from iqa_tools.model_files import BRISQUE_MODEL, NIQE_PARAMS
+
+    torch, pyiqa = backend.torch(), backend.pyiqa()
+    cpu = torch.device("cpu")
+    return {
+        "niqe": pyiqa.create_metric("niqe", device=cpu, pretrained_model_path=str(NIQE_PARAMS)),
+        "piqe": pyiqa.create_metric("piqe", device=cpu),
+        "brisque": pyiqa.create_metric("brisque", device=cpu, pretrained_model_path=str(BRISQUE_MODEL)),
+    }
+
+
+@pytest.mark.parametrize("metric", ["niqe", "piqe"])
+@pytest.mark.parametrize("image", list(NR_IMAGES))
+def test_numpy_niqe_piqe_equal_pyiqa(pyiqa_nr, metric, image):
+    torch = backend.torch()
+    px = NR_IMAGES[image]
+    with torch.inference_mode():
+        expected = float(pyiqa_nr[metric](_pyiqa_tensor(px)).reshape(-1)[0])
+    got = kernels.numpy_kernel_for(metric, {}, "cpu")(px)
+    assert got == pytest.approx(expected, rel=1e-5), (metric, image, got, expected)  # measured ≤ 4e-7
+
+
+@pytest.mark.parametrize("image", list(NR_IMAGES))
+def test_numpy_brisque_equals_pyiqa(pyiqa_nr, image):
+    """Features: pyiqa's own functions, float32, to 1e-5. Score: pyiqa's SVR formula in float64 on pyiqa's
+    features, to 1e-4 relative; pyiqa's float32 score itself only to its rounding noise (see nss.Brisque)."""
+    torch = backend.torch()
+    from pyiqa.archs import brisque_arch
+    from pyiqa.matlab_utils import imresize
+    from pyiqa.utils.color_util import to_y_channel
+
+    px = NR_IMAGES[image]
+    metric = pyiqa_nr["brisque"]
+    arch = metric.net  # pyiqa's InferenceModel wraps the BRISQUE module
+    with torch.inference_mode():
+        y = to_y_channel(_pyiqa_tensor(px), 255.0)
+        feats = torch.cat([brisque_arch.natural_scene_statistics(y, 7, 7 / 6),
+                           brisque_arch.natural_scene_statistics(imresize(y, scale=0.5, antialiasing=True), 7, 7 / 6)], -1)
+        scaled = brisque_arch.scale_features(feats.double())
+        in_f64 = float(brisque_arch.rbf_kernel(scaled, arch.sv.double().t(), 0.05) @ arch.sv_coef.double() - arch.rho)
+        pyiqa_score = float(metric(_pyiqa_tensor(px)).reshape(-1)[0])
+    ours = kernels.numpy_kernel_for("brisque", {}, "cpu")
+    mine, theirs = ours._score.features(px), feats[0].numpy()
+    # atol: the eta features are differences of two deviations (~1e-3 after cancellation in float32)
+    assert np.allclose(mine, theirs, rtol=1e-5, atol=1e-6), (image, np.abs(mine - theirs) / np.abs(theirs), theirs)
+    got = ours(px)
+    assert got == pytest.approx(in_f64, rel=1e-4, abs=1e-4), (image, got, in_f64)
+    assert got == pytest.approx(pyiqa_score, abs=0.02), (image, got, pyiqa_score)  # measured ≤ 0.007
+
+
+def test_numpy_resize_and_y_are_pyiqa_bit_for_bit():
+    torch = backend.torch()
+    from pyiqa.matlab_utils import imresize
+    from pyiqa.utils.color_util import to_y_channel
+
+    from iqa_tools import nss
+
+    for px in (NR_IMAGES["odd 333x201 blurred"], NR_IMAGES["odd crop 427x299"]):
+        y = to_y_channel(_pyiqa_tensor(px), 255.0)
+        assert np.array_equal(nss.y255(px), y[0, 0].numpy())
+        assert np.array_equal(nss.imresize(nss.y255(px), 0.5), imresize(y, scale=0.5, antialiasing=True)[0, 0].numpy())
+
+
+def test_numpy_kernels_only_for_default_options_on_cpu():
+    assert isinstance(kernels.numpy_kernel_for("niqe", {}, "cpu"), kernels.NumpyKernel)
+    assert kernels.numpy_kernel_for("niqe", {"version": "matlab"}, "cpu") is None
+    assert kernels.numpy_kernel_for("brisque", {}, "cuda:0") is None
+    assert kernels.numpy_kernel_for("piqe", {}, "mps") is None
+    assert kernels.numpy_kernel_for("musiq", {}, "cpu") is None
+
+
+def test_registry_keeps_pyiqa_for_metric_kwargs_and_gpu(tmp_path, monkeypatch):
+    from iqa_tools import registry as registry_module
+
+    table = tmp_path / "t.yaml"
+    table.write_text("tools:\n  - name: PIQE\n    metric_kwargs: {}\n  - name: NIQE\n    metric_kwargs: {crop_border: 2}\n")
+    reg = ToolRegistry(table_paths=[table], cache=False, offline=True, device="cpu")
+    img = NR_IMAGES["512x384"]
+    reg.score("NIQE", img)
+    assert not isinstance(reg._metrics[("NIQE", "cpu")], kernels.NumpyKernel)  # options: pyiqa's own metric
+    reg.score("PIQE", img)
+    assert isinstance(reg._metrics[("PIQE", "cpu")], kernels.NumpyKernel)
+
+    # "auto" is decided without torch only where no GPU can exist; elsewhere torch resolves it.
+    monkeypatch.setattr(registry_module, "_resolve_device", lambda requested: "cuda")
+    monkeypatch.setattr(backend, "accelerator_possible", lambda: True)
+    gpu = ToolRegistry(cache=False, offline=True)
+    assert gpu._tool_device(gpu.spec("PIQE")) == "cuda"
+    assert kernels.numpy_kernel_for("piqe", {}, gpu._tool_device(gpu.spec("PIQE"))) is None
+    monkeypatch.setattr(backend, "accelerator_possible", lambda: False)
+    cpu = ToolRegistry(cache=False, offline=True)
+    assert cpu._tool_device(cpu.spec("PIQE")) == "cpu"
+
+
+def test_registry_nr_scores_equal_pyiqa_path(tmp_path, pyiqa_nr):
+    """The registry's kernels against pyiqa through the same registry code (working size, decoding)."""
+    torch = backend.torch()
+    path = tmp_path / "photo.jpg"
+    Image.fromarray(NR_IMAGES["noisy 600x400"]).save(path, quality=85)
+    reg = ToolRegistry(cache=False, offline=True, device="cpu")
+    for tool, metric in (("NIQE", "niqe"), ("PIQE", "piqe"), ("BRISQUE", "brisque")):
+        s = reg.score(tool, path)
+        assert isinstance(reg._metrics[(tool, "cpu")], kernels.NumpyKernel) and s.working_size == (600, 400)
+        many = reg.score_many(tool, [path, path])
+        assert [m.raw_score for m in many] == [s.raw_score] * 2
+        with torch.inference_mode():
+            expected = float(pyiqa_nr[metric](str(path)).reshape(-1)[0])
+        assert s.raw_score == pytest.approx(expected, rel=1e-5, abs=0.02 if tool == "BRISQUE" else 0)
+
+
+NO_TORCH = r"""
+import json, sys
+from agentic_iqa.api import create_assessor
+r = create_assessor(offline=True, device=sys.argv[2]).assess(sys.argv[1], use_cache=False)
+logs = [(lg.tool_name, lg.raw_score, lg.working_size) for lg in r.evidence.tool_logs]
+print(json.dumps({"logs": logs, "loaded": sorted(m for m in ("torch", "pyiqa", "torchvision") if m in sys.modules)}))
+"""
+
+
+@pytest.mark.parametrize("device", ["cpu", "auto"])
+def test_offline_nr_assessment_never_imports_torch(tmp_path, device):
+    """A cold offline assessment whose tools all have torch-free kernels loads neither torch nor pyiqa."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if device == "auto" and backend.accelerator_possible():
+        pytest.skip("a GPU device node exists here: 'auto' needs torch to decide")
+    path = tmp_path / "photo.jpg"
+    Image.fromarray(NR_IMAGES["512x384"]).save(path, quality=90)
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-c", NO_TORCH, str(path), device], capture_output=True, text=True,
+                         env=env, cwd=tmp_path, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["logs"], result
+    assert {name for name, _, _ in result["logs"]} <= {"BRISQUE", "NIQE", "PIQE"}
+    assert all(raw is not None and size == [512, 384] for _, raw, size in result["logs"])
+    assert result["loaded"] == []

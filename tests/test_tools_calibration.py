@@ -3,7 +3,8 @@
 Images and reference values: `ResultsCalibra/` of the PyPI sdist pyiqa 0.1.16 (five 512×384 distorted images,
 `results_official.csv`), extracted by `python -m iqa_tools.model_files install calibration` (scripts/install.sh)
 and checked by SHA-256. The tools run with the project's model files: NIQE with the bundled original pristine
-model, BRISQUE with the LIVE `allmodel` converted at install time.
+model, BRISQUE with the LIVE `allmodel` converted at install time. The registry scores these three with the
+torch-free kernels (iqa_tools.nss); a test here also holds them to pyiqa's own metrics on the same images.
 
 pyiqa's own implementations do not reach the MATLAB values on every image (pyiqa publishes its own deviations
 in ResultsCalibra/calibration_summary.csv: NIQE I19 9.0722 vs 8.6352, BRISQUE I19 66.84 vs 72.26). Where that
@@ -15,8 +16,8 @@ import csv
 
 import pytest
 
-from iqa_tools import ToolRegistry
-from iqa_tools.model_files import BRISQUE_MODEL, calibration_files, load_brisque
+from iqa_tools import ToolRegistry, backend, kernels
+from iqa_tools.model_files import BRISQUE_MODEL, NIQE_PARAMS, ModelFileError, calibration_files, load_brisque, load_brisque_arrays
 
 IMAGES = ("I03.bmp", "I04.bmp", "I06.bmp", "I08.bmp", "I19.bmp")
 # pyiqa's own published results ("(ours)" rows of its calibration_summary.csv, pyiqa 0.1.16 sdist),
@@ -61,3 +62,45 @@ def test_brisque_model_is_plain_data_and_the_live_release():
     coef, sv = load_brisque(BRISQUE_MODEL)
     assert coef.shape == (774,) and sv.shape == (774, 36)
     assert coef.abs().max().item() == pytest.approx(1024)  # libsvm's C bound of the LIVE model
+
+
+@pytest.mark.parametrize("tool, metric", [("NIQE", "niqe"), ("BRISQUE", "brisque"), ("PIQE", "piqe")])
+def test_torch_free_kernels_equal_pyiqa_on_calibration(reg, calibration, tool, metric):
+    torch, pyiqa = backend.torch(), backend.pyiqa()
+    files, _ = calibration
+    path = {"niqe": NIQE_PARAMS, "brisque": BRISQUE_MODEL}.get(metric)
+    theirs = pyiqa.create_metric(metric, device=torch.device("cpu"), **({"pretrained_model_path": str(path)} if path else {}))
+    for name in IMAGES:
+        ours = reg.score(tool, files[name]).raw_score
+        assert isinstance(reg._metrics[(tool, "cpu")], kernels.NumpyKernel)
+        with torch.inference_mode():
+            expected = float(theirs(str(files[name])).reshape(-1)[0])
+        if metric == "brisque":  # pyiqa's float32 SVR sum is noisy by ~0.005 (iqa_tools.nss.Brisque)
+            assert ours == pytest.approx(expected, abs=0.02), (name, ours, expected)
+        else:
+            assert ours == pytest.approx(expected, rel=1e-5), (name, ours, expected)
+
+
+def test_brisque_model_reads_without_torch_as_torch_does(tmp_path):
+    torch = backend.torch()
+    coef, sv = load_brisque_arrays(BRISQUE_MODEL)
+    t_coef, t_sv = load_brisque(BRISQUE_MODEL)
+    assert coef.dtype == sv.dtype == "float64"
+    assert (coef == t_coef.numpy()).all() and (sv == t_sv.numpy()).all()
+    # a transposed (strided) tensor is rebuilt with its strides
+    strided = tmp_path / "strided.pt"
+    torch.save((t_coef, t_sv.t().contiguous().t()), strided)
+    assert (load_brisque_arrays(strided)[1] == t_sv.numpy()).all()
+    # anything but plain tensors is refused before it can run
+    code = tmp_path / "code.pt"
+    torch.save((print, t_sv), code)
+    with pytest.raises(ModelFileError, match="not allowed in a model file"):
+        load_brisque_arrays(code)
+    wrong = tmp_path / "wrong.pt"
+    torch.save((t_coef[:10], t_sv), wrong)
+    with pytest.raises(ModelFileError, match="expected tensors"):
+        load_brisque_arrays(wrong)
+    text = tmp_path / "text.pt"
+    text.write_text("not a zip")
+    with pytest.raises(ModelFileError, match="not a plain tensor file"):
+        load_brisque_arrays(text)

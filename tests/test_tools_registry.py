@@ -66,17 +66,15 @@ def reg():
 
 @pytest.fixture
 def count_creations(monkeypatch):
-    """Counts pyiqa.create_metric calls."""
-    import pyiqa
-
+    """Counts metric creations (pyiqa metrics and torch-free kernels alike), by pyiqa metric name."""
     calls: list[str] = []
-    real = pyiqa.create_metric
+    real = ToolRegistry._create
 
-    def spy(name, *a, **kw):
-        calls.append(name)
-        return real(name, *a, **kw)
+    def spy(self, spec, *a, **kw):
+        calls.append(spec.metric)
+        return real(self, spec, *a, **kw)
 
-    monkeypatch.setattr(pyiqa, "create_metric", spy)
+    monkeypatch.setattr(ToolRegistry, "_create", spy)
     return calls
 
 
