@@ -118,8 +118,9 @@ _CHILD = r"""
 import json, resource, sys, time
 side, tool, threads, pairs = sys.argv[1], sys.argv[2], int(sys.argv[3]), json.loads(sys.argv[4])
 if side == "ours":
+    import cv2
     from iqa_tools import ToolRegistry, backend
-    torch = backend.torch()
+    cv2.setNumThreads(threads)  # the torch-free kernels filter with OpenCV: the same thread budget as torch
     reg = ToolRegistry(cache=False, offline=True, device="cpu")
     spec = reg.spec(tool)
     fr = spec.mode == "FR"
@@ -136,15 +137,17 @@ else:
     metric = pyiqa.create_metric(spec.metric, device=torch.device("cpu"), **kw)
     fr = spec.mode == "FR"
     call = lambda img, ref: float(metric(img, ref) if fr else metric(img))
-torch.set_num_threads(threads)
 for img, ref in pairs[:2]:
     call(img, ref)  # warm-up, not timed
+if "torch" in sys.modules:  # our torch-free kernels (NIQE, BRISQUE, PIQE) never load it
+    sys.modules["torch"].set_num_threads(threads)
 print("ready", flush=True)
 for line in sys.stdin:
     times, scores = [], []
     for img, ref in pairs:
         t = time.perf_counter(); scores.append(call(img, ref)); times.append(time.perf_counter() - t)
-    print(json.dumps({"times": times, "scores": scores, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}), flush=True)
+    print(json.dumps({"times": times, "scores": scores, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                      "torch_loaded": "torch" in sys.modules}), flush=True)
 """
 
 
@@ -162,25 +165,28 @@ def vs_raw_processes(tools: list[str], pairs: list[tuple[Path, Path]], repeats: 
         for kid in kids.values():
             assert kid.stdout.readline().strip() == "ready"
         best = {side: [math.inf] * len(pairs) for side in kids}
-        scores, rss, loads = {}, {}, []
+        scores, rss, loads, torch_loaded = {}, {}, [], {}
         for rep in range(repeats):
             for side in (("raw", "ours") if rep % 2 == 0 else ("ours", "raw")):
                 kids[side].stdin.write("go\n")
                 kids[side].stdin.flush()
                 doc = json.loads(kids[side].stdout.readline())
                 best[side] = [min(a, b) for a, b in zip(best[side], doc["times"])]
-                scores[side], rss[side] = doc["scores"], doc["rss_mb"]
+                scores[side], rss[side], torch_loaded[side] = doc["scores"], doc["rss_mb"], doc["torch_loaded"]
                 loads.append(os.getloadavg()[0])
         for kid in kids.values():
             kid.stdin.close()
             kid.wait()
         rel = max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(scores["ours"], scores["raw"]))
+        absdiff = max(abs(a - b) for a, b in zip(scores["ours"], scores["raw"]))
         raw_s, ours_s = sum(best["raw"]), sum(best["ours"])
         out[tool] = {"raw_ms": raw_s / len(pairs) * 1e3, "ours_ms": ours_s / len(pairs) * 1e3, "speedup": raw_s / ours_s,
-                     "max_rel_diff": rel, "raw_rss_mb": rss["raw"], "ours_rss_mb": rss["ours"], "load": statistics.median(loads)}
+                     "max_rel_diff": rel, "max_abs_diff": absdiff, "raw_rss_mb": rss["raw"], "ours_rss_mb": rss["ours"],
+                     "ours_loads_torch": torch_loaded["ours"], "load": statistics.median(loads)}
         r = out[tool]
         print(f"{tool:10s} raw pyiqa {r['raw_ms']:8.1f} ms/img  ours {r['ours_ms']:8.1f} ms/img  = {r['speedup']:5.2f}×  "
-              f"max rel diff {rel:.1e}  peak RSS raw {rss['raw']:.0f} MB / ours {rss['ours']:.0f} MB  load {r['load']:.1f}", flush=True)
+              f"max rel diff {rel:.1e} (abs {absdiff:.1e})  peak RSS raw {rss['raw']:.0f} MB / ours {rss['ours']:.0f} MB"
+              f"{'' if torch_loaded['ours'] else ' (no torch)'}  load {r['load']:.1f}", flush=True)
     total_raw = sum(v["raw_ms"] for v in out.values())
     total_ours = sum(v["ours_ms"] for v in out.values())
     print(f"all {len(out)} tools: raw {total_raw:.0f} ms / ours {total_ours:.0f} ms per image set = {total_raw / total_ours:.2f}×; "
