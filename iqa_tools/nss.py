@@ -13,6 +13,7 @@ Inputs are H×W×3 pixel arrays as iqa_tools.images decodes them (uint8, or floa
 from __future__ import annotations
 
 import math
+import warnings
 from functools import lru_cache
 from pathlib import Path
 from typing import Optional
@@ -223,7 +224,8 @@ class Brisque:
         return float(np.exp(-dist * _BRISQUE_GAMMA) @ self.coef - _BRISQUE_RHO)
 
     def __call__(self, pixels: np.ndarray) -> float:
-        return self.svr(self.features(pixels))
+        with np.errstate(divide="ignore", invalid="ignore"):  # a flat image: NaN features and score, as pyiqa
+            return self.svr(self.features(pixels))
 
 
 # ── NIQE ────────────────────────────────────────────────────────────────────────────────────────
@@ -271,9 +273,11 @@ class Niqe:
         half = imresize(img / 255.0, 0.5).astype(F64) * 255.0
         scale2 = _niqe_features(_blocks(mscn(half, "replicate"), b // 2, b // 2))
         feats = np.concatenate([scale1, scale2], axis=-1)
-        mu = np.nanmean(feats, axis=0)
-        rows = feats[~np.isnan(feats).any(axis=1)]
-        cov = np.cov(rows, rowvar=False, ddof=1 if len(rows) > 1 else 0)
+        with warnings.catch_warnings(), np.errstate(divide="ignore", invalid="ignore"):
+            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN blocks (flat image): pinv fails below, as in pyiqa
+            mu = np.nanmean(feats, axis=0)
+            rows = feats[~np.isnan(feats).any(axis=1)]
+            cov = np.cov(rows, rowvar=False, ddof=1 if len(rows) > 1 else 0)
         a = (self.cov + cov) / 2
         inv = np.linalg.pinv(a, rcond=max(a.shape) * np.finfo(F64).eps)  # torch.linalg.pinv's default cut-off
         diff = self.mu - mu

@@ -7,7 +7,7 @@ import pytest
 import skimage.data
 from PIL import Image, ImageFilter
 
-from iqa_tools import ToolRegistry, backend, kernels
+from iqa_tools import ToolRegistry, ToolRunError, backend, kernels
 
 
 def _pair(size: tuple[int, int], blur: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -230,3 +230,22 @@ def test_offline_nr_assessment_never_imports_torch(tmp_path, device):
     assert {name for name, _, _ in result["logs"]} <= {"BRISQUE", "NIQE", "PIQE"}
     assert all(raw is not None and size == [512, 384] for _, raw, size in result["logs"])
     assert result["loaded"] == []
+
+
+def test_numpy_kernels_fail_where_pyiqa_fails(pyiqa_nr):
+    """Flat and degenerate images: pyiqa gives NaN or raises, and so do the kernels (the registry turns
+    both into a ToolRunError); PIQE's 100 for a flat image is kept."""
+    torch = backend.torch()
+    grey = np.full((128, 160, 3), 128, np.uint8)
+    checker = (np.indices((128, 128)).sum(0) % 2 * 255).astype(np.uint8)[..., None].repeat(3, 2)
+    for px in (grey, checker):
+        assert np.isnan(kernels.numpy_kernel_for("brisque", {}, "cpu")(px))
+        with pytest.raises(np.linalg.LinAlgError):
+            kernels.numpy_kernel_for("niqe", {}, "cpu")(px)
+        with torch.inference_mode():
+            expected = float(pyiqa_nr["piqe"](_pyiqa_tensor(px)).reshape(-1)[0])
+        assert kernels.numpy_kernel_for("piqe", {}, "cpu")(px) == pytest.approx(expected, rel=1e-5)
+    reg = ToolRegistry(cache=False, offline=True, device="cpu")
+    for tool, match in (("BRISQUE", "non-finite"), ("NIQE", "NIQE failed")):
+        with pytest.raises(ToolRunError, match=match):
+            reg.score(tool, grey)
