@@ -240,7 +240,10 @@ def _interruptible(run):
 
     if threading.current_thread() is not threading.main_thread():
         return run(lambda ev: None)
-    step_ended, requested = threading.Event(), threading.Event()
+    # `wake`: the run ended, or a step ended after a Ctrl-C. The main thread waits on it rather than polling
+    # the worker, so it reacts at once: with tools that take milliseconds (torch-free NR kernels) a poll
+    # interval is long enough for the remaining steps, the summarizer's LM call included, to run.
+    wake, requested = threading.Event(), threading.Event()
     current: list[str] = []
     done: dict = {}
 
@@ -248,13 +251,15 @@ def _interruptible(run):
         if ev.get("event") == "start":
             current[:] = [ev.get("stage", "")]
         if ev.get("event") in ("end", "tool_end") and requested.is_set():
-            step_ended.set()
+            wake.set()
 
     def work() -> None:
         try:
             done["result"] = run(watch)
         except BaseException as exc:  # noqa: BLE001 - handed to the main thread as is
             done["error"] = exc
+        finally:
+            wake.set()
 
     def on_sigint(signum, frame) -> None:
         if requested.is_set():
@@ -267,11 +272,12 @@ def _interruptible(run):
     try:
         worker = threading.Thread(target=work, name="assess", daemon=True)
         worker.start()
-        while worker.is_alive() and not step_ended.is_set():
-            worker.join(0.1)
+        while not wake.wait(0.1):  # a timed wait, so that the SIGINT handler runs promptly
+            pass
     finally:
         signal.signal(signal.SIGINT, previous)
-    if worker.is_alive() or (requested.is_set() and "result" not in done):
+    # (not worker.is_alive(): the worker may still be winding down just after setting `wake`)
+    if requested.is_set() or not ("result" in done or "error" in done):  # after a Ctrl-C no result is shown
         _exit_now(f"stopped after the {current[0]} step" if current else "stopped")
     if "error" in done:
         raise done["error"]
