@@ -1,12 +1,13 @@
 """pyiqa's `brisque`, `niqe` and `piqe` (default options) in NumPy/SciPy/OpenCV, without torch.
 
 A cold one-photo offline call runs one of these natural-scene-statistics tools, and importing torch and pyiqa
-to run it cost ~3 s of a ~5 s call (issue 14); the maths itself takes tens of milliseconds. So these are
-line-by-line re-formulations of pyiqa's code (pyiqa/archs/{brisque,niqe,piqe}_arch.py, func_util.py,
-matlab_utils/resize.py), vectorized, in the dtypes pyiqa computes in — float32 for BRISQUE, PIQE and the
-MATLAB-style resize, float64 for NIQE's features — so scores equal pyiqa's to ~1e-6 relative
-(tests/test_kernels.py compares them on odd sizes and greyscale, test_tools_calibration.py on pyiqa's
-MATLAB calibration set). Quirks of pyiqa's code that change scores are kept on purpose and marked "as pyiqa".
+to run it cost ~3 s of a ~5 s call (issue 14); the maths itself takes tens of milliseconds. So these compute
+what pyiqa's code computes (pyiqa/archs/{brisque,niqe,piqe}_arch.py, func_util.py, matlab_utils/resize.py),
+vectorized over the whole image or all blocks at once, in the dtypes pyiqa uses — float32 for BRISQUE, PIQE
+and the MATLAB-style resize, float64 for NIQE's features. NIQE and PIQE equal pyiqa's scores to < 1e-6
+relative, BRISQUE's features too (its score: see Brisque). tests/test_kernels.py compares them on odd sizes,
+greyscale and float input, test_tools_calibration.py on pyiqa's MATLAB calibration set. Quirks of pyiqa's code
+that change scores are kept on purpose and marked "as pyiqa".
 
 Inputs are H×W×3 pixel arrays as iqa_tools.images decodes them (uint8, or float32 in [0, 1]).
 """
