@@ -121,12 +121,12 @@ class NumpyKernel:
         return self._score(pixels)
 
 
+NUMPY_METRICS = ("brisque", "niqe", "piqe")
+
+
 def numpy_kernel_applies(metric: str, metric_kwargs: dict) -> bool:
     """Whether `metric` with these options has a torch-free kernel (pyiqa's defaults only)."""
     return metric in NUMPY_METRICS and not metric_kwargs
-
-
-NUMPY_METRICS = ("brisque", "niqe", "piqe")
 
 
 def numpy_kernel_for(metric: str, metric_kwargs: dict, device: str, model_path: Optional[str] = None) -> Optional[NumpyKernel]:

@@ -12,8 +12,8 @@ project; `install brisque` (run by scripts/install.sh) downloads that sdist with
 SHA-256, parses the libsvm text and writes the two tensors pyiqa's `brisque` loads (support-vector
 coefficients, support vectors) with `torch.save`. Nothing is unpickled: the sdist is read as a tar archive and
 the model as text; the registry re-reads the written file with `torch.load(weights_only=True)` before pyiqa
-opens it. The torch-free BRISQUE (iqa_tools.nss) reads the same file with `load_brisque_arrays`, which
-unpickles only the three names such a file may hold and maps the raw storages with NumPy.
+opens it. Beside it the same arrays go into `brisque_live_allmodel.npz` (read with allow_pickle=False), which
+the torch-free BRISQUE (iqa_tools.nss) loads via `load_brisque_arrays`.
 
 Calibration: pyiqa's sdist 0.1.16 ships `ResultsCalibra/` (five distorted images and the official MATLAB
 outputs). `install calibration` extracts them for tests/test_tools_calibration.py.
@@ -23,14 +23,10 @@ outputs). `install calibration` extracts them for tests/test_tools_calibration.p
 from __future__ import annotations
 
 import hashlib
-import io
-import pickle
 import subprocess
 import sys
 import tarfile
 import tempfile
-import zipfile
-from collections import OrderedDict
 from pathlib import Path
 from typing import Iterable
 
@@ -164,61 +160,45 @@ def load_brisque(path: Path = BRISQUE_MODEL):
     return coef, sv
 
 
-_STORAGE_DTYPES = {"DoubleStorage": "<f8", "FloatStorage": "<f4"}
-
-
-class _TensorFileReader(pickle.Unpickler):
-    """Reads a `torch.save` zip of plain tensors into NumPy arrays without torch: only torch's tensor
-    rebuild function, its double/float storage names and OrderedDict are accepted (as weights_only does
-    for these); every storage is raw little-endian numbers in the archive."""
-
-    def __init__(self, archive: zipfile.ZipFile, prefix: str):
-        super().__init__(io.BytesIO(archive.read(prefix + "data.pkl")))
-        self.archive, self.prefix = archive, prefix
-
-    def find_class(self, module: str, name: str):
-        if (module, name) == ("torch._utils", "_rebuild_tensor_v2"):
-            return self._rebuild
-        if module == "torch" and name in _STORAGE_DTYPES:
-            return name
-        if (module, name) == ("collections", "OrderedDict"):
-            return OrderedDict
-        raise pickle.UnpicklingError(f"{module}.{name} is not allowed in a model file")
-
-    def persistent_load(self, pid):
-        kind, storage, key, _location, numel = pid
-        if kind != "storage" or storage not in _STORAGE_DTYPES or not str(key).isdigit():
-            raise pickle.UnpicklingError(f"unexpected storage record {pid!r}")
-        data = np.frombuffer(self.archive.read(f"{self.prefix}data/{key}"), dtype=_STORAGE_DTYPES[storage])
-        if data.size != numel:
-            raise pickle.UnpicklingError(f"storage {key} holds {data.size} numbers, expected {numel}")
-        return data
-
-    @staticmethod
-    def _rebuild(storage, offset, shape, stride, *_rest):
-        if not all(isinstance(v, int) and v >= 0 for v in (offset, *shape, *stride)):
-            raise pickle.UnpicklingError("bad tensor layout")
-        if shape and offset + sum((n - 1) * s for n, s in zip(shape, stride)) >= storage.size:
-            raise pickle.UnpicklingError("tensor layout runs past its storage")
-        view = np.lib.stride_tricks.as_strided(storage[offset:], shape, [s * storage.itemsize for s in stride])
-        return np.array(view)
+def _write_brisque_arrays(coef, sv, source_sha256: str, dest: Path) -> None:
+    """The model's arrays as a plain .npz (no pickles), tagged with the SHA-256 of the .pt they mirror."""
+    partial = dest.with_name(dest.name + ".partial")
+    with open(partial, "wb") as fh:
+        np.savez(fh, sv_coef=np.asarray(coef, dtype=np.float64), sv=np.asarray(sv, dtype=np.float64),
+                 source_sha256=np.array(source_sha256))
+    partial.replace(dest)
 
 
 def load_brisque_arrays(path: Path = BRISQUE_MODEL) -> tuple[np.ndarray, np.ndarray]:
-    """The BRISQUE model file's (coefficients (774,), support vectors (774, 36)) as float64 NumPy arrays,
-    without importing torch (see _TensorFileReader)."""
+    """(coefficients (774,), support vectors (774, 36)) of the BRISQUE model file `path`, as float64 arrays,
+    without torch: from the .npz next to it, which `install brisque` writes with the .pt and which records
+    the .pt's SHA-256. When the .npz is missing or belongs to another .pt (an install from before it
+    existed, a replaced model file), it is rebuilt once from the .pt through torch (weights_only) and kept
+    if the folder is writable."""
+    path = Path(path)
     try:
-        with zipfile.ZipFile(path) as archive:
-            pkl = [n for n in archive.namelist() if n.endswith("/data.pkl") and n.count("/") == 1]
-            if len(pkl) != 1:
-                raise ValueError("no single data.pkl")
-            coef, sv = _TensorFileReader(archive, pkl[0][: -len("data.pkl")]).load()
-    except Exception as exc:  # not a zip, refused global, truncated storage, wrong structure
-        raise ModelFileError(f"BRISQUE model {path}: not a plain tensor file ({type(exc).__name__}: {exc}); "
-                             "rebuild it with `python -m iqa_tools.model_files install brisque`") from None
-    if not (isinstance(coef, np.ndarray) and isinstance(sv, np.ndarray)
-            and coef.shape == (774,) and sv.shape == (774, BRISQUE_FEATURES)):
-        raise ModelFileError(f"BRISQUE model {path}: expected tensors (774,) and (774, 36); "
+        digest = _sha256(path.read_bytes())
+    except OSError as exc:
+        raise ModelFileError(f"BRISQUE model {path}: cannot read it ({exc.strerror or exc}); "
+                             "run `python -m iqa_tools.model_files install brisque`") from None
+    npz = path.with_suffix(".npz")
+    try:
+        with np.load(npz, allow_pickle=False) as arrays:
+            if str(arrays["source_sha256"]) == digest:
+                coef, sv = arrays["sv_coef"], arrays["sv"]
+            else:
+                coef = sv = None
+    except (OSError, KeyError, ValueError):  # missing or unreadable: rebuilt below
+        coef = sv = None
+    if coef is None:
+        t_coef, t_sv = load_brisque(path)
+        coef, sv = t_coef.numpy(), t_sv.numpy()
+        try:
+            _write_brisque_arrays(coef, sv, digest, npz)
+        except OSError:  # a read-only installation: converted again next time
+            pass
+    if coef.shape != (774,) or sv.shape != (774, BRISQUE_FEATURES):
+        raise ModelFileError(f"BRISQUE model {npz}: expected arrays (774,) and (774, 36); "
                              "rebuild it with `python -m iqa_tools.model_files install brisque`")
     return coef.astype(np.float64), sv.astype(np.float64)
 
@@ -236,7 +216,8 @@ def install_brisque(dest: Path = BRISQUE_MODEL) -> Path:
     partial = dest.with_suffix(".partial")
     torch.save((coef, sv), partial)
     partial.replace(dest)
-    load_brisque(dest)
+    coef, sv = load_brisque(dest)
+    _write_brisque_arrays(coef.numpy(), sv.numpy(), _sha256(dest.read_bytes()), dest.with_suffix(".npz"))
     return dest
 
 

@@ -259,9 +259,15 @@ class Niqe:
 
         from iqa_tools.model_files import NIQE_PARAMS
 
-        params = scipy.io.loadmat(model_path or NIQE_PARAMS)
+        path = model_path or NIQE_PARAMS
+        params = scipy.io.loadmat(path)
+        if "mu_prisparam" not in params or "cov_prisparam" not in params:
+            raise ValueError(f"NIQE model {path}: no mu_prisparam / cov_prisparam (not a NIQE parameter file)")
         self.mu = np.ravel(params["mu_prisparam"]).astype(F64)
         self.cov = np.asarray(params["cov_prisparam"], dtype=F64)
+        if self.mu.shape != (36,) or self.cov.shape != (36, 36):
+            raise ValueError(f"NIQE model {path}: expected a 36-feature mean and a 36×36 covariance, "
+                             f"got {self.mu.shape} and {self.cov.shape}")
 
     def __call__(self, pixels: np.ndarray) -> float:
         img = y255(pixels).astype(F64)

@@ -284,7 +284,7 @@ class ToolRegistry:
 
         try:
             fast = kernels.numpy_kernel_for(spec.metric, spec.metric_kwargs, device, kwargs.get("pretrained_model_path"))
-        except (OSError, ValueError, RuntimeError) as exc:  # a model file that cannot be read (ModelFileError, …)
+        except (OSError, ValueError, KeyError, RuntimeError) as exc:  # an unreadable model file (ModelFileError, a .mat without the keys)
             raise ToolRunError(f"{spec.name}: {exc}", tool=spec.name) from exc
         if fast is not None:  # pyiqa's score without torch (iqa_tools.nss)
             return fast

@@ -216,8 +216,11 @@ def test_offline_nr_assessment_never_imports_torch(tmp_path, device):
     import sys
     from pathlib import Path
 
+    from iqa_tools.model_files import load_brisque_arrays
+
     if device == "auto" and backend.accelerator_possible():
         pytest.skip("a GPU device node exists here: 'auto' needs torch to decide")
+    load_brisque_arrays()  # the .npz `install brisque` writes (made here from the .pt on older installs)
     path = tmp_path / "photo.jpg"
     Image.fromarray(NR_IMAGES["512x384"]).save(path, quality=90)
     root = Path(__file__).resolve().parents[1]
@@ -249,3 +252,15 @@ def test_numpy_kernels_fail_where_pyiqa_fails(pyiqa_nr):
     for tool, match in (("BRISQUE", "non-finite"), ("NIQE", "NIQE failed")):
         with pytest.raises(ToolRunError, match=match):
             reg.score(tool, grey)
+
+
+def test_unreadable_niqe_model_is_a_clear_tool_error(tmp_path):
+    import scipy.io
+
+    bad = tmp_path / "params.mat"
+    scipy.io.savemat(bad, {"something": np.zeros(3)})
+    table = tmp_path / "t.yaml"
+    table.write_text(f"tools:\n  - name: NIQE\n    model_path: {bad}\n")
+    reg = ToolRegistry(table_paths=[table], cache=False, offline=True, device="cpu")
+    with pytest.raises(ToolRunError, match="not a NIQE parameter file"):
+        reg.score("NIQE", NR_IMAGES["512x384"])

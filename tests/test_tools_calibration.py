@@ -81,26 +81,34 @@ def test_torch_free_kernels_equal_pyiqa_on_calibration(reg, calibration, tool, m
             assert ours == pytest.approx(expected, rel=1e-5), (name, ours, expected)
 
 
-def test_brisque_model_reads_without_torch_as_torch_does(tmp_path):
+def test_brisque_arrays_without_torch_equal_the_model_file(tmp_path, monkeypatch):
+    import shutil
+
+    from iqa_tools import model_files
+
     torch = backend.torch()
-    coef, sv = load_brisque_arrays(BRISQUE_MODEL)
     t_coef, t_sv = load_brisque(BRISQUE_MODEL)
+    pt = tmp_path / "brisque_live_allmodel.pt"
+    shutil.copy(BRISQUE_MODEL, pt)
+    coef, sv = load_brisque_arrays(pt)  # no .npz yet: converted from the .pt once, and kept
     assert coef.dtype == sv.dtype == "float64"
     assert (coef == t_coef.numpy()).all() and (sv == t_sv.numpy()).all()
-    # a transposed (strided) tensor is rebuilt with its strides
-    strided = tmp_path / "strided.pt"
-    torch.save((t_coef, t_sv.t().contiguous().t()), strided)
-    assert (load_brisque_arrays(strided)[1] == t_sv.numpy()).all()
-    # anything but plain tensors is refused before it can run
-    code = tmp_path / "code.pt"
-    torch.save((print, t_sv), code)
-    with pytest.raises(ModelFileError, match="not allowed in a model file"):
-        load_brisque_arrays(code)
-    wrong = tmp_path / "wrong.pt"
-    torch.save((t_coef[:10], t_sv), wrong)
-    with pytest.raises(ModelFileError, match="expected tensors"):
-        load_brisque_arrays(wrong)
-    text = tmp_path / "text.pt"
-    text.write_text("not a zip")
+    assert pt.with_suffix(".npz").is_file()
+
+    def no_torch(*a, **kw):
+        raise AssertionError("the .npz should have been used")
+
+    monkeypatch.setattr(model_files, "load_brisque", no_torch)
+    assert (load_brisque_arrays(pt)[1] == t_sv.numpy()).all()
+    monkeypatch.undo()
+
+    torch.save((t_coef, t_sv * 2), pt)  # another model file: the .npz no longer matches it and is rebuilt
+    assert (load_brisque_arrays(pt)[1] == 2 * t_sv.numpy()).all()
+    torch.save((print, t_sv), pt)  # code, not data: refused (torch's weights_only) before it could run
     with pytest.raises(ModelFileError, match="not a plain tensor file"):
-        load_brisque_arrays(text)
+        load_brisque_arrays(pt)
+    torch.save((t_coef[:10], t_sv), pt)
+    with pytest.raises(ModelFileError, match="expected tensors"):
+        load_brisque_arrays(pt)
+    with pytest.raises(ModelFileError, match="install brisque"):
+        load_brisque_arrays(tmp_path / "missing.pt")

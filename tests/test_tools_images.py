@@ -173,10 +173,14 @@ def test_pixels_and_tensor_agree_and_validation_needs_no_torch(tmp_path):
 
 
 def test_a_repeated_offline_assessment_does_not_import_torch(tmp_path):
-    """With the tool score cached, an offline assessment needs no torch: a repeated CLI call starts in ~2 s, not ~6 s."""
+    """An offline assessment whose tool has a torch-free kernel needs no torch, the first time (the kernel
+    runs) and again (the score is cached)."""
     import subprocess
     import sys
 
+    from iqa_tools.model_files import load_brisque_arrays
+
+    load_brisque_arrays()  # the BRISQUE .npz `install brisque` writes (made here from the .pt on older installs)
     path = example_image("coins")
     code = ("import sys; from agentic_iqa.api import Assessor; from agentic_iqa.config import load_settings; "
             f"r = Assessor(load_settings(backend='offline')).assess({str(path)!r}); "
@@ -184,7 +188,7 @@ def test_a_repeated_offline_assessment_does_not_import_torch(tmp_path):
     env = dict(os.environ, AGENTIC_IQA_CACHE_DIR=str(tmp_path / "cache"))
     runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
             for _ in range(2)]
-    assert [r.stdout.split()[-2:] for r in runs] == [["False", "True"], ["True", "False"]], [r.stderr[-500:] for r in runs]
+    assert [r.stdout.split()[-2:] for r in runs] == [["False", "False"], ["True", "False"]], [r.stderr[-500:] for r in runs]
 
 
 def test_example_images_work_when_the_user_cache_is_not_writable(tmp_path, monkeypatch):
