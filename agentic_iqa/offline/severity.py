@@ -342,24 +342,29 @@ def fit_category_model(samples: Sequence[tuple[dict, Optional[str], int]], fitte
     so where two of them respond to the same damage (a blur also smears like JPEG2000, over-sharpening
     also looks like noise) the higher level is not necessarily the right category; a multinomial
     logistic regression on all detector levels together (``detector_levels``), fitted on the damaged
-    samples of known category at level >= ``CATEGORY_MIN_LEVEL``, learns those overlaps. ``detect``
+    samples of known category at level >= ``CATEGORY_MIN_LEVEL``, learns those overlaps. ``ranked``
     orders the categories found present by its probabilities; levels and severities are unchanged."""
     out = {}
     for mode in ("nr", "fr"):
         rows = [(st_, t) for st_, t, lv in samples if t in TYPE_CATEGORY and lv >= CATEGORY_MIN_LEVEL
                 and (mode == "nr" or "fr_fine_gain" in st_)]
-        if not rows:
-            continue
-        # NR levels from NR statistics only (gates look for comparison statistics to tell the modes apart).
-        x = np.array([detector_levels(fitted, mode, st_ if mode == "fr" else _nr_only(st_)) for st_, _ in rows])
-        y = np.array([DISTORTION_CATEGORIES.index(TYPE_CATEGORY[t]) for _, t in rows])
-        mean, std = x.mean(axis=0), x.std(axis=0)
-        std[std < 1e-9] = 1.0
-        coef = _softmax_regression((x - mean) / std, y, len(DISTORTION_CATEGORIES), l2)
-        out[mode] = {"detectors": [d.name for d in DETECTORS], "categories": list(DISTORTION_CATEGORIES),
-                     "mean": mean.tolist(), "std": std.tolist(), "coef": coef[:-1].tolist(),
-                     "intercept": coef[-1].tolist(), "n": len(rows), "l2": l2}
+        if rows:
+            # NR levels from NR statistics only (gates look for comparison statistics to tell the modes apart).
+            x = np.array([detector_levels(fitted, mode, st_ if mode == "fr" else _nr_only(st_)) for st_, _ in rows])
+            out[mode] = category_model(x, [TYPE_CATEGORY[t] for _, t in rows], l2)
     return out
+
+
+def category_model(levels: np.ndarray, categories: Sequence[str], l2: float = CATEGORY_L2) -> dict:
+    """The category model from detector levels (rows in ``DETECTORS`` order) and each row's category."""
+    x = np.asarray(levels, dtype=float)
+    y = np.array([DISTORTION_CATEGORIES.index(c) for c in categories])
+    mean, std = x.mean(axis=0), x.std(axis=0)
+    std[std < 1e-9] = 1.0
+    coef = _softmax_regression((x - mean) / std, y, len(DISTORTION_CATEGORIES), l2)
+    return {"detectors": [d.name for d in DETECTORS], "categories": list(DISTORTION_CATEGORIES),
+            "mean": mean.tolist(), "std": std.tolist(), "coef": coef[:-1].tolist(),
+            "intercept": coef[-1].tolist(), "n": len(x), "l2": l2}
 
 
 def _nr_only(s: dict) -> dict:
