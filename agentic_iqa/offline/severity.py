@@ -14,7 +14,9 @@ clean offset (the level clean photos of unseen sources reach, ``fit_with_clean_o
 category's level is its strongest detector's, and severities cut that scale at fixed points:
 none < 0.5 <= slight < 2.5 <= moderate < 3.5 <= severe < 4.5 <= extreme.
 With a reference image a second set of detectors (mode "fr"), fitted the same way on comparison
-statistics, replaces the no-reference one.
+statistics, replaces the no-reference one. Which of the categories measured present is the main one
+is decided by a category model over all detector levels together (``fit_category_model``), since
+detectors fitted one by one also respond to each other's damage (blur smears like JPEG2000).
 """
 from __future__ import annotations
 
