@@ -19,8 +19,10 @@ figures are not those of the exact parameter values the fit saw.
 
 Protocol per fold: fit every detector (``severity.fit_all``, ridge fixed at ``severity.RIDGE``: no
 parameter is chosen on the held-out fold) on the other sources' clean photos and their "fit"-ladder
+damage, each detector's clean offset by a nested leave-one-source-out inside those sources, and the
+category model (``severity.fit_category_model``, penalty fixed at ``severity.CATEGORY_L2``) on the same
 damage; report on the held-out source. Scores are the analyst alone (no IQA tools): the expectation of
-``severity.level_distribution`` on 1..5.
+``severity.level_distribution`` on 1..5; top-1 is the first category ``severity.detect`` names.
 """
 from __future__ import annotations
 
@@ -318,7 +320,9 @@ def main(argv=None) -> int:
             "sources": sorted({p["source"] for p in photos}), "size_long_side": args.size,
             "ladder": "synth.TYPES levels 1-5 (seed 0)", "types": sorted(synth.TYPES), "code_commit": _git_commit(),
             "method": f"per detector: weighted non-negative ridge (alpha={sv.RIDGE}, standardized signed features) towards the applied level, "
-                      "then isotonic map score->level; severity edges at levels 0.5/2.5/3.5/4.5",
+                      "then isotonic map score->level, clean offset by nested leave-one-source-out (quantile "
+                      f"{sv.CLEAN_QUANTILE}); severity edges at levels 0.5/2.5/3.5/4.5; category model: multinomial "
+                      f"logistic regression on all detector levels (L2 {sv.CATEGORY_L2}, damage at levels >= {sv.CATEGORY_MIN_LEVEL})",
         }
         th = _round({"provenance": provenance, "severity_edges": list(sv.SEVERITY_EDGES), **fitted})
         Path(args.out).write_text(json.dumps(th, indent=1) + "\n")

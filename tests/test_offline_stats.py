@@ -178,3 +178,65 @@ def test_too_small_images_get_a_clear_reason_not_an_index_error():
     with pytest.raises(ValueError, match=r"16×16 px: too small for the offline analyst's statistics"):
         measure(np.full((16, 16, 3), 0.5, np.float32))
     assert measure(np.random.default_rng(0).random((MIN_SIDE, MIN_SIDE, 3)).astype(np.float32))["lap_var"] > 0
+
+
+# ── which category: the category model over all detector levels (issue 10, top-1) ──────────────────
+
+def test_shipped_category_model_covers_every_detector_and_gives_probabilities(coffee):
+    th = json.loads(sv.THRESHOLDS_PATH.read_text())
+    for mode in ("nr", "fr"):
+        model = th["category_model"][mode]
+        assert model["detectors"] == [d.name for d in sv.DETECTORS]
+        assert model["categories"] == list(DISTORTION_CATEGORIES) and model["n"] > 1000
+    an = sv.analyze(_img(coffee, "jpeg", 4))
+    assert abs(sum(a.likelihood for a in an.values()) - 1) < 1e-3
+    assert max(an.values(), key=lambda a: a.likelihood).category == "Compression"
+
+
+def test_blur_that_also_smears_like_jpeg2000_is_reported_as_blur():
+    # Strong blur drives the JPEG2000 detector as high as the blur one or higher (rocket, gaussian blur
+    # L5: Compression came first by level before the category model); the model weighs both together.
+    for ref, type_name in [(load_reference("rocket"), "gaussian blur"), (load_reference("coffee"), "motion blur")]:
+        assert sv.detect(_img(ref, type_name, 5))[0].category == "Blurs", type_name
+
+
+def _analysis(category, severity, level, likelihood):
+    return sv.CategoryAnalysis(category, severity, level, 0.5, "", "d", likelihood=likelihood)
+
+
+def test_ranking_puts_present_categories_first_then_the_most_likely():
+    a = _analysis("Blurs", "moderate", 3.0, 0.7)
+    b = _analysis("Compression", "severe", 3.8, 0.25)
+    c = _analysis("Noise", "none", 0.2, 0.05)
+    assert [x.category for x in sv.ranked([c, b, a])] == ["Blurs", "Compression", "Noise"]
+    # An absent category stays behind even when the model would favour it.
+    c.likelihood = 0.9
+    assert sv.ranked([c, b, a])[-1].category == "Noise"
+    # Without a model (thresholds fitted before it existed): worst severity first, as before.
+    for x in (a, b, c):
+        x.likelihood = None
+    assert [x.category for x in sv.ranked([a, c, b])] == ["Compression", "Blurs", "Noise"]
+
+
+def test_category_model_learns_which_detector_to_believe():
+    # Blur also drives the JPEG2000 detector, here even higher than the blur one; JPEG2000 damage drives
+    # the blur detector only weakly. The model must name Blurs where both fire with j2k reading higher.
+    rng = np.random.default_rng(0)
+    dets = [d.name for d in sv.DETECTORS]
+    i_blur, i_j2k = dets.index("blur"), dets.index("j2k")
+    levels, cats = [], []
+    for _ in range(200):
+        lv = int(rng.integers(2, 6))
+        blurred, smeared = np.full(len(dets), -1.0), np.full(len(dets), -1.0)
+        blurred[i_blur], blurred[i_j2k] = lv - 0.5, lv + 0.3
+        smeared[i_j2k], smeared[i_blur] = lv, 0.2 * lv
+        levels += [blurred + rng.normal(0, 0.1, len(dets)), smeared + rng.normal(0, 0.1, len(dets))]
+        cats += ["Blurs", "Compression"]
+    model = sv.category_model(np.array(levels), cats)
+    probe = np.full(len(dets), -1.0)
+    probe[i_blur], probe[i_j2k] = 3.5, 4.3
+    p = sv.category_probabilities({"category_model": {"nr": model}}, "nr", probe)
+    assert p["Blurs"] > 0.9 and p["Compression"] < 0.1
+    # A model fitted for another set of detectors is not applied (thresholds older than the code).
+    stale = {**model, "detectors": dets[:-1]}
+    assert sv.category_probabilities({"category_model": {"nr": stale}}, "nr", probe) is None

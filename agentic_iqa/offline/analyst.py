@@ -139,9 +139,9 @@ def _working_pixels(ctx: AssessmentContext, path) -> tuple[tuple[int, int], "obj
 
 
 def _ranked(analyses: dict) -> list:
-    from agentic_iqa.offline.severity import SEVERITIES
+    from agentic_iqa.offline import severity
 
-    return sorted(analyses.values(), key=lambda a: (SEVERITIES.index(a.severity), a.level), reverse=True)
+    return severity.ranked(analyses)
 
 
 def _reasoning(analyses: dict, evidence: ExecutorOutput, fused, expected: float) -> str:

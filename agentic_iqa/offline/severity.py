@@ -14,7 +14,9 @@ clean offset (the level clean photos of unseen sources reach, ``fit_with_clean_o
 category's level is its strongest detector's, and severities cut that scale at fixed points:
 none < 0.5 <= slight < 2.5 <= moderate < 3.5 <= severe < 4.5 <= extreme.
 With a reference image a second set of detectors (mode "fr"), fitted the same way on comparison
-statistics, replaces the no-reference one.
+statistics, replaces the no-reference one. Which of the categories measured present is the main one
+is decided by a category model over all detector levels together (``fit_category_model``), since
+detectors fitted one by one also respond to each other's damage (blur smears like JPEG2000).
 """
 from __future__ import annotations
 
@@ -140,11 +142,21 @@ DETECTORS: tuple[Detector, ...] = (
              nr=("reblur", "fine_conc", "-edge_sharp", "-log_noise_flat"),
              fr=("fr_conc_gain", "-fr_fine_gain", "-fr_blur_explained"),
              primary="fine_conc", primary_fr="fr_conc_gain"),
-    Detector("noise", "Noise", "noise",
-             ("white noise", "white noise in color component", "impulse noise", "multiplicative noise"),
+    # One noise detector per kind of noise, on the same measures: a single one had to map four level
+    # scales onto one score, so level-1 impulse noise (already far from clean) read as level 3 while
+    # level-5 white noise read lower; each kind's own monotone map keeps levels comparable across types.
+    Detector("noise", "Noise", "noise", ("white noise", "multiplicative noise"),
              nr=("log_chroma_noise", "log_noise_flat", "log_impulse", "-overshoot", "fine_to_mid"),
              fr=("fr_log_noise", "fr_log_chroma_noise_gain", "fr_log_impulse_gain", "-fr_detail_corr"),
              primary="noise_flat", primary_fr="fr_noise"),
+    Detector("chroma_noise", "Noise", "colour noise", ("white noise in color component",),
+             nr=("log_chroma_noise", "log_noise_flat", "log_impulse", "-overshoot", "fine_to_mid"),
+             fr=("fr_log_noise", "fr_log_chroma_noise_gain", "fr_log_impulse_gain", "-fr_detail_corr"),
+             primary="chroma_noise", primary_fr="fr_chroma_noise_gain"),
+    Detector("impulse", "Noise", "impulse (salt-and-pepper) noise", ("impulse noise",),
+             nr=("log_chroma_noise", "log_noise_flat", "log_impulse", "-overshoot", "fine_to_mid"),
+             fr=("fr_log_noise", "fr_log_chroma_noise_gain", "fr_log_impulse_gain", "-fr_detail_corr"),
+             primary="impulse", primary_fr="fr_impulse_gain"),
     Detector("sharpen", "Sharpness", "over-sharpening (edge halos)", ("high sharpen",),
              nr=("overshoot", "edge_sharp", "-fine_to_mid", "mid_to_coarse", "log_lap_var", "-log_chroma_noise"),
              fr=("fr_detail_corr", "fr_overshoot_gain", "fr_mid_gain", "-fr_fine_gain"),
@@ -172,13 +184,17 @@ DETECTORS: tuple[Detector, ...] = (
              primary="colors", primary_fr="fr_colors_ratio"),
 )
 assert {d.category for d in DETECTORS} == set(DISTORTION_CATEGORIES)
+# The category each benchmark type is reported under: that of the detector trained to fire on it.
+TYPE_CATEGORY = {t: d.category for d in DETECTORS for t in d.types}
 
 # Readable names for the statistics quoted in explanations.
 STAT_NAMES = {
     "reblur": "blur index (0 crisp - 1 smeared)", "blockiness": "block-edge ratio",
     "jpeg_grid": "8x8 JPEG grid ratio", "fr_jpeg_grid_gain": "8x8 JPEG grid ratio gain vs the reference",
     "fine_conc": "share of fine detail on the strongest edges", "noise_flat": "noise sigma in flat areas (0-255)",
-    "overshoot": "edge overshoot ratio", "median_luma": "median luminance (0-255)",
+    "overshoot": "edge overshoot ratio", "chroma_noise": "colour noise sigma in flat areas (0-255)",
+    "impulse": "share of isolated extreme pixels", "fr_chroma_noise_gain": "colour noise gain vs the reference",
+    "fr_impulse_gain": "gain in isolated extreme pixels vs the reference", "median_luma": "median luminance (0-255)",
     "rms_contrast": "RMS contrast (0-255)", "colorfulness": "colourfulness", 
     "occupancy": "share of tone levels in use", "colors": "distinct colours", "flat_frac": "share of flat pixel runs",
     "grid_sparsity": "share of pixel columns/rows without change", "fr_grid_gain": "gain in unchanging columns/rows vs the reference",
@@ -294,7 +310,91 @@ def fit_with_clean_offsets(samples: Sequence[tuple[dict, Optional[str], int]], s
             vals = clean_levels[mode][det.name]
             off = float(np.percentile(vals, quantile)) if vals else 0.0
             fitted[mode][det.name]["clean_offset"] = float(min(max(off, 0.0), 2.5))
+    fitted["category_model"] = fit_category_model(samples, fitted)
     return fitted
+
+
+CATEGORY_L2 = 1.0         # L2 penalty of the category model (per sample, on standardized inputs); fixed, not tuned
+CATEGORY_MIN_LEVEL = 2    # the category model learns from damage at benchmark level 2 and up (visible damage)
+
+
+def _softmax_regression(z: np.ndarray, y: np.ndarray, k: int, l2: float) -> np.ndarray:
+    """Multinomial logistic regression (classes weighted equally) by L-BFGS; returns (d+1, k) weights,
+    the last row the intercepts."""
+    n, d = z.shape
+    onehot = np.eye(k)[y]
+    counts = np.maximum(onehot.sum(axis=0), 1)
+    w = (1.0 / counts)[y] / np.count_nonzero(counts > 0)  # each present class weighs the same in total
+
+    def loss(b: np.ndarray) -> tuple[float, np.ndarray]:
+        coef = b.reshape(d + 1, k)
+        logits = z @ coef[:-1] + coef[-1]
+        logits -= logits.max(axis=1, keepdims=True)
+        logp = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
+        resid = w[:, None] * (np.exp(logp) - onehot)
+        grad = np.vstack([z.T @ resid + l2 * coef[:-1] / n, resid.sum(axis=0)])
+        return float(-(w[:, None] * onehot * logp).sum() + 0.5 * l2 * (coef[:-1] ** 2).sum() / n), grad.ravel()
+
+    return optimize.minimize(loss, np.zeros((d + 1) * k), jac=True, method="L-BFGS-B").x.reshape(d + 1, k)
+
+
+def fit_category_model(samples: Sequence[tuple[dict, Optional[str], int]], fitted: dict,
+                       l2: float = CATEGORY_L2) -> dict:
+    """Which category a damaged image's detector levels point to. The detectors are fitted one by one,
+    so where two of them respond to the same damage (a blur also smears like JPEG2000, over-sharpening
+    also looks like noise) the higher level is not necessarily the right category; a multinomial
+    logistic regression on all detector levels together (``detector_levels``), fitted on the damaged
+    samples of known category at level >= ``CATEGORY_MIN_LEVEL``, learns those overlaps. ``ranked``
+    orders the categories found present by its probabilities; levels and severities are unchanged."""
+    out = {}
+    for mode in ("nr", "fr"):
+        rows = [(st_, t) for st_, t, lv in samples if t in TYPE_CATEGORY and lv >= CATEGORY_MIN_LEVEL
+                and (mode == "nr" or "fr_fine_gain" in st_)]
+        if rows:
+            # NR levels from NR statistics only (gates look for comparison statistics to tell the modes apart).
+            x = np.array([detector_levels(fitted, mode, st_ if mode == "fr" else _nr_only(st_)) for st_, _ in rows])
+            out[mode] = category_model(x, [TYPE_CATEGORY[t] for _, t in rows], l2)
+    return out
+
+
+def category_model(levels: np.ndarray, categories: Sequence[str], l2: float = CATEGORY_L2) -> dict:
+    """The category model from detector levels (rows in ``DETECTORS`` order) and each row's category."""
+    x = np.asarray(levels, dtype=float)
+    y = np.array([DISTORTION_CATEGORIES.index(c) for c in categories])
+    mean, std = x.mean(axis=0), x.std(axis=0)
+    std[std < 1e-9] = 1.0
+    coef = _softmax_regression((x - mean) / std, y, len(DISTORTION_CATEGORIES), l2)
+    return {"detectors": [d.name for d in DETECTORS], "categories": list(DISTORTION_CATEGORIES),
+            "mean": mean.tolist(), "std": std.tolist(), "coef": coef[:-1].tolist(),
+            "intercept": coef[-1].tolist(), "n": len(x), "l2": l2}
+
+
+def _nr_only(s: dict) -> dict:
+    return {k: v for k, v in s.items() if not k.startswith("fr_")}
+
+
+def _raw_level(det: Detector, fit: dict, s: dict) -> tuple[float, Optional[str]]:
+    """A detector's capped level before clipping to 0..5 (-1 when its gate rules it out), and the gate's reason."""
+    reason = det.gate(s) if det.gate else None
+    # Capped: a far extrapolation says "off the scale", not a precise number.
+    return (-1.0 if reason else min(max(_detector_level(fit, s), -2.0), 8.0)), reason
+
+
+def detector_levels(thresholds: dict, mode: str, s: dict) -> list[float]:
+    """Every detector's capped level (``_raw_level``), in ``DETECTORS`` order: the category model's input."""
+    return [_raw_level(det, thresholds[mode][det.name], s)[0] for det in DETECTORS]
+
+
+def category_probabilities(thresholds: dict, mode: str, raw: Sequence[float]) -> Optional[dict[str, float]]:
+    """The category model's probabilities for detector levels ``raw`` (``detector_levels``), or None
+    when the thresholds carry no model for this mode (or one fitted for other detectors)."""
+    model = thresholds.get("category_model", {}).get(mode)
+    if not model or model["detectors"] != [d.name for d in DETECTORS]:
+        return None
+    z = (np.asarray(raw) - np.array(model["mean"])) / np.array(model["std"])
+    logits = z @ np.array(model["coef"]) + np.array(model["intercept"])
+    p = np.exp(logits - logits.max())
+    return dict(zip(model["categories"], (p / p.sum()).tolist()))
 
 
 def _primary_value(det: Detector, mode: str, s: dict) -> float:
@@ -340,6 +440,7 @@ class CategoryAnalysis:
     level_raw: float = 0.0           # the same estimate before clipping to 0..5 (keeps extremes ranked)
     detectors: dict[str, float] = field(default_factory=dict)  # every detector of the category: its level
     explanations: dict[str, str] = field(default_factory=dict)  # every detector of the category: its line
+    likelihood: Optional[float] = None  # the category model's probability that this is the damage present
 
     def severity_of(self, detector: str) -> str:
         """The severity one detector of this category measured ("blur" alone, not "pixelate")."""
@@ -427,11 +528,11 @@ def analyze_stats(nr: dict, fr: Optional[dict] = None, thresholds: Optional[dict
     mode = "fr" if fr else "nr"
     s = {**nr, **(fr or {})}
     best: dict[str, CategoryAnalysis] = {}
+    raws = []
     for det in DETECTORS:
         fit = th[mode][det.name]
-        reason = det.gate(s) if det.gate else None
-        # Capped: a far extrapolation says "off the scale", not a precise number.
-        raw = -1.0 if reason else min(max(_detector_level(fit, s), -2.0), 8.0)
+        raw, reason = _raw_level(det, fit, s)
+        raws.append(raw)
         level = min(max(raw, 0.0), 5.0)
         key = det.primary if mode == "nr" else det.primary_fr
         text = f"No {det.label} judged: {reason}." if reason else _explain(det, mode, fit, s, level)
@@ -450,6 +551,9 @@ def analyze_stats(nr: dict, fr: Optional[dict] = None, thresholds: Optional[dict
             cur.evidence.update(cand.evidence)
             cur.detectors.update(cand.detectors)
             cur.explanations.update(cand.explanations)
+    probs = category_probabilities(th, mode, raws)
+    for c, a in best.items():
+        a.likelihood = None if probs is None else round(probs[c], 4)
     return {c: best[c] for c in DISTORTION_CATEGORIES}
 
 
@@ -462,18 +566,31 @@ def analyze(image: st.ImageLike, reference: Optional[st.ImageLike] = None,
     return analyze_stats(nr, fr, thresholds)
 
 
-def _rank(a: CategoryAnalysis) -> tuple:
-    return (SEVERITIES.index(a.severity), a.level)
+def rank_key(a: CategoryAnalysis) -> tuple:
+    """Sort key (descending) for the categories of one analysis: those measured present first, most
+    likely first by the category model (``fit_category_model``), then by level; without a model, by
+    severity and level."""
+    present = a.severity != "none"
+    if a.likelihood is None:
+        return (present, SEVERITIES.index(a.severity), a.level)
+    return (present, a.likelihood if present else 0.0, a.level)
+
+
+def ranked(analyses: dict[str, CategoryAnalysis] | Iterable[CategoryAnalysis]) -> list[CategoryAnalysis]:
+    """The categories in ``rank_key`` order: the main distortion first."""
+    items = analyses.values() if isinstance(analyses, dict) else analyses
+    return sorted(items, key=rank_key, reverse=True)
 
 
 def detect(image: st.ImageLike, reference: Optional[st.ImageLike] = None, include_none: bool = False,
            analyses: Optional[dict[str, CategoryAnalysis]] = None) -> list[Detection]:
-    """Distortions found, worst first: (category, severity, confidence, explanation). Categories judged
-    "none" are left out unless ``include_none``; pass ``analyses`` to reuse an ``analyze`` result."""
+    """Distortions found, main one first (``rank_key``): (category, severity, confidence, explanation).
+    Categories judged "none" are left out unless ``include_none``; pass ``analyses`` to reuse an
+    ``analyze`` result."""
     analyses = analyses or analyze(image, reference)
-    ranked = sorted(analyses.values(), key=_rank, reverse=True)
+    ranked_ = ranked(analyses)
     return [Detection(a.category, a.severity, a.confidence, a.explanation)
-            for a in ranked if include_none or a.severity != "none"]
+            for a in ranked_ if include_none or a.severity != "none"]
 
 
 # ------------------------------------------------------------------------------------ levels
@@ -535,6 +652,5 @@ def expected_level(distribution: Sequence[float]) -> float:
 
 
 def explain(analyses: dict[str, CategoryAnalysis], include_none: bool = False) -> list[str]:
-    """The analyses' one-line explanations, worst category first (for a templated reasoning)."""
-    ranked = sorted(analyses.values(), key=_rank, reverse=True)
-    return [a.explanation for a in ranked if include_none or a.severity != "none"]
+    """The analyses' one-line explanations, main category first (for a templated reasoning)."""
+    return [a.explanation for a in ranked(analyses) if include_none or a.severity != "none"]
