@@ -70,3 +70,19 @@ def test_questions_without_an_answer_key_are_answered_unscored_and_exit_0(tmp_pa
     assert res.exit_code == 3, res.output
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     assert sorted(r["status"] for r in lines if r["status"] == "ok") == ["ok"] * 3 and all(r["answer"] for r in lines if r["status"] == "ok")
+
+
+def test_eval_scores_the_main_distortion_the_pipeline_names_not_a_severity_resort():
+    """Top-1 is the analysis's first category (the offline category model's or a VLM's choice), even when a
+    later one is graded more severe: eval measures the ranking the answer gives."""
+    from types import SimpleNamespace
+
+    from agentic_iqa.bench.evaluate import detected_categories
+    from signatures.models import DistortionAnalysis, ExecutorOutput
+
+    ev = ExecutorOutput(distortion_analysis={"Global": [
+        DistortionAnalysis(type="Blurs", severity="slight", explanation="soft edges"),
+        DistortionAnalysis(type="Noise", severity="none", explanation="clean"),
+        DistortionAnalysis(type="Compression", severity="moderate", explanation="blocking"),
+    ]})
+    assert detected_categories(SimpleNamespace(evidence=ev)) == ["Blurs", "Compression"]

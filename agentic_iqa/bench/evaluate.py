@@ -18,9 +18,7 @@ from typing import Callable, Literal, Optional
 
 from agentic_iqa.bench import metrics
 from agentic_iqa.bench.manifest import ManifestRow, read_manifest
-from signatures.vocabulary import SEVERITY_RANK
 
-SEVERITY_ORDER = SEVERITY_RANK
 Mode = Literal["nr", "fr"]
 
 
@@ -29,7 +27,7 @@ class ItemResult:
     row: ManifestRow
     mode: Mode
     score: Optional[float] = None
-    detected: list[str] = field(default_factory=list)   # categories, worst first
+    detected: list[str] = field(default_factory=list)   # categories, the pipeline's main one first
     answer: Optional[str] = None                        # MCQ letter, for rows with a question
     answer_text: Optional[str] = None                   # the answer as given (open questions have no letter)
     seconds: float = 0.0
@@ -38,14 +36,15 @@ class ItemResult:
 
 
 def detected_categories(result) -> list[str]:
-    """Categories graded above "none", worst first (the analysis), else the detected set in order."""
+    """Categories graded above "none" in the analysis's own order (the pipeline's ranking: the offline
+    analyst's category model, a VLM's listing), else the detected set in order. Re-sorting by severity
+    here would score another ranking than the one the answer names."""
     ev = result.evidence
     if ev is None:
         return []
     if ev.distortion_analysis:
         items = [a for objs in ev.distortion_analysis.values() for a in objs if a.severity != "none"]
-        ranked = sorted(items, key=lambda a: -SEVERITY_ORDER[a.severity])
-        return list(dict.fromkeys(a.type for a in ranked))
+        return list(dict.fromkeys(a.type for a in items))
     return list(dict.fromkeys(c for cats in (ev.distortion_set or {}).values() for c in cats))
 
 
