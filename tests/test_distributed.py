@@ -52,6 +52,15 @@ def images(tmp_path_factory):
     return [str(write_test_image(d / f"img{i:02d}.jpg", size=(128, 96), seed=i, quality=30 + i)) for i in range(N)]
 
 
+@pytest.fixture(scope="module")
+def slow_images(tmp_path_factory):
+    """3 MP photos: each item takes long enough (~0.2 s) that the surviving actor cannot finish the run
+    before Ray has restarted the killed one; with the 128×96 images a whole run took ~1 s, less than a
+    restart, and the restart assertion below was flaky."""
+    d = tmp_path_factory.mktemp("ray-slow-images")
+    return [str(write_test_image(d / f"big{i:02d}.jpg", size=(2000, 1500), seed=i, quality=85)) for i in range(N)]
+
+
 def local(images, settings) -> dict:
     from agentic_iqa.api import Assessor
     from agentic_iqa.distributed import warm_up
@@ -144,7 +153,8 @@ def test_a_429_backs_off_the_whole_cluster(cluster, images, tmp_path):
     assert len([t for t in stamps if t > t429 + 0.95]) >= 5 * 8 - 8  # and then the work went on
 
 
-def test_killed_actor_is_restarted_and_no_item_is_lost_or_duplicated(cluster, images, tmp_path):
+def test_killed_actor_is_restarted_and_no_item_is_lost_or_duplicated(cluster, slow_images, tmp_path):
+    images = slow_images
     settings = load_settings(tmp_path, backend="offline", cache={"enabled": False})
     coordinator = make_coordinator()
     ds = ray.data.from_items([{"image": p} for p in images])
