@@ -1,10 +1,10 @@
 """Issue 10: which tools the offline answer fuses, and how strongly, chosen on training sources only.
 
-    python benchmarks/choose_fusion.py [--per-source 3] [--workers 2] [--no-write]
+    python benchmarks/choose_fusion.py [--per-source 3] [--workers 2] [--no-write] [--fr-per-category]
 
-What is chosen, per mode (NR / FR): the tool the offline analyst runs for each detected category (NR: one
-tool for every category, BRISQUE, NIQE or PIQE; FR: a tool per category among the weight-free FR tools,
-"Overall" when nothing is detected) and the spec's η (fusion.py: α_c = softmax(−η(q̄ − c)²); η = 0 gives
+What is chosen, per mode (NR / FR): the tool the offline analyst fuses (NR: BRISQUE, NIQE or PIQE; FR: one
+of the weight-free FR tools; with --fr-per-category, FR gets a tool per detected category, "Overall" when
+nothing is detected: tried, and it over-fitted the training sources, see RESULTS.md) and the spec's η (fusion.py: α_c = softmax(−η(q̄ − c)²); η = 0 gives
 uniform α, i.e. the analyst alone: the tools still run and are reported but carry no weight). The fusion
 formula is the spec's; only its inputs are chosen.
 
@@ -134,9 +134,10 @@ def items_for(mode: str, idx: list[int], photos, measured, scored, th, damaged: 
     return out
 
 
-def search(data: ImageSet, per_category: bool) -> dict:
-    """The (tools, η) with the best J on `data`: every single tool x every η; then, when `per_category`,
-    coordinate passes trying every tool in every category slot (η re-searched each time)."""
+def search(data: ImageSet, per_category: bool, current: dict) -> dict:
+    """The (tools, η) with the best J on `data`: the `current` tools map (what ships now) and every single
+    tool, each at every η, the current first (it wins ties); then, when `per_category`, coordinate
+    passes trying every tool in every category slot (η re-searched each time)."""
     names = [t for t in ovst.TOOLS[data.mode] if any(s.name == t for s in data.specs)]
 
     def best_eta(tools):
@@ -148,10 +149,11 @@ def search(data: ImageSet, per_category: bool) -> dict:
         return best
 
     best = None
-    for t in names:
-        eta, f = best_eta({OVERALL: t})
+    candidates = [current] if all(t in names for t in current.values()) else []
+    for tools in candidates + [{OVERALL: t} for t in names if {OVERALL: t} != current]:
+        eta, f = best_eta(tools)
         if best is None or f["J"] > best["figures"]["J"] + MARGIN:
-            best = {"tools": {OVERALL: t}, "eta": eta, "figures": f}
+            best = {"tools": tools, "eta": eta, "figures": f}
     if per_category:
         for _ in range(2):
             changed = False
@@ -175,6 +177,9 @@ def main(argv=None) -> int:
     ap.add_argument("--per-source", type=int, default=3)
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--no-write", action="store_true", help="report only; leave fusion_choice.json as it is")
+    ap.add_argument("--before", default=str(CHOICE_FILE), help="the choice to compare with and to keep on ties "
+                    "(default: the shipped fusion_choice.json)")
+    ap.add_argument("--fr-per-category", action="store_true", help="search an FR tool per detected category")
     args = ap.parse_args(argv)
     t0 = time.time()
     cache = Path(args.cache).expanduser()
@@ -194,11 +199,11 @@ def main(argv=None) -> int:
             fits[key] = fc.fit([photos[i] for i in tr], [measured[i] for i in tr])
         return fits[key]
 
-    shipped_before = json.loads(CHOICE_FILE.read_text())
+    shipped_before = json.loads(Path(args.before).read_text())
     before = {m: {"tools": shipped_before[m.upper()]["tools"], "eta": shipped_before[m.upper()]["eta"]} for m in ("nr", "fr")}
     record: dict = {"protocol": __doc__.split("Protocol, ")[1].split("\n\n")[0].replace("\n", " "),
                     "criterion": "J = intra SRCC + SRCC all images - max(0, 4.0 - clean mean) - max(0, share < 3.5 - 0.10)",
-                    "etas": list(ETAS), "per_source": args.per_source, "margin": MARGIN, "before": before, "folds": {}}
+                    "etas": list(ETAS), "per_source": args.per_source, "fr_per_category": args.fr_per_category, "margin": MARGIN, "before": before, "folds": {}}
     held_out: dict = {m: [] for m in ("nr", "fr")}  # every source's images under the fit without it
     for h in sources:
         record["folds"][h] = {}
@@ -207,7 +212,7 @@ def main(argv=None) -> int:
                                     for it in items_for(mode, of[g], photos, measured, scored, fit_without(h, g), damaged)])
             test_items = items_for(mode, of[h], photos, measured, scored, fit_without(h), damaged)
             test = ImageSet(mode, test_items)
-            choice = search(train, per_category=(mode == "fr"))
+            choice = search(train, (mode == "fr" and args.fr_per_category), before[mode]["tools"])
             rec = {"chosen": {"tools": choice["tools"], "eta": choice["eta"]}, "train": choice["figures"],
                    "held_out": test.figures(test.scores(choice["tools"], choice["eta"])),
                    "held_out_before": test.figures(test.scores(before[mode]["tools"], before[mode]["eta"])),
@@ -242,9 +247,20 @@ def main(argv=None) -> int:
                 if isinstance(v, dict):
                     print(f"{key} {mode.upper()} {k:13s} intra {v['intra_srcc']:.3f} all {v['all_srcc']:.3f} "
                           f"clean {v['clean_mean']:.2f} ({v['clean_below_3_5']:.0%}) [{rec['n_groups']} groups]", flush=True)
-        final = search(ImageSet(mode, held_out[mode]), per_category=(mode == "fr"))
+        final = search(ImageSet(mode, held_out[mode]), (mode == "fr" and args.fr_per_category), before[mode]["tools"])
         record["shipped"][mode.upper()] = {"tools": final["tools"], "eta": final["eta"], "fit_figures": final["figures"]}
         print(f"shipped {mode.upper()}: {final['tools']} eta {final['eta']:g} (J on all sources {final['figures']['J']:.3f})")
+    # Per-fold held-out figures averaged, weighted by the fold's photos (RESULTS.md's fold tables do the same).
+    record["fold_mean"] = {}
+    for mode in ("nr", "fr"):
+        w = np.array([len(of[h]) for h in sources], dtype=float)
+        keys = [k for k in record["folds"][sources[0]][mode] if k.startswith("held_out")]
+        record["fold_mean"][mode] = {k: {f: float(np.average([record["folds"][h][mode][k][f] for h in sources], weights=w))
+                                         for f in ("intra_srcc", "all_srcc", "clean_mean", "clean_below_3_5", "J")}
+                                     for k in keys}
+        for k, v in record["fold_mean"][mode].items():
+            print(f"fold mean {mode.upper()} {k:17s} intra {v['intra_srcc']:.3f} all {v['all_srcc']:.3f} "
+                  f"clean {v['clean_mean']:.2f} ({v['clean_below_3_5']:.0%})")
     record["seconds"] = round(time.time() - t0, 1)
     RECORD.write_text(json.dumps(record, indent=1) + "\n")
     if not args.no_write:
