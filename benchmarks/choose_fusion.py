@@ -11,6 +11,7 @@ formula is the spec's; only its inputs are chosen.
 Criterion (on a set of images; higher is better):
     J = intra-(photo, type) SRCC + SRCC across all images (clean photos as level 0)
         − max(0, 4.0 − clean mean) − max(0, share of clean photos below 3.5 − 0.10)
+(--fr-part6: for FR also − 10 · max(0, FSIM alone's intra SRCC − intra SRCC), issue 10 part 6 as a constraint)
 i.e. both rank correlations count equally, and the issue's calibration targets (clean mean ≥ 4.0, fewer
 than 10 % below 3.5) cost what they miss by. Ties go to the smaller η (the list is searched ascending and
 a candidate must beat the best by more than MARGIN).
@@ -91,6 +92,11 @@ class ImageSet:
             out[i] = np.mean([self.norm[t][i] for t in names])
         return out
 
+    def rank_figures(self, raw: np.ndarray) -> dict:
+        """A single tool's raw scores (higher = better): its rank correlations only (its scale is not 1-5)."""
+        f = self.figures(raw)
+        return {"intra_srcc": f["intra_srcc"], "all_srcc": f["all_srcc"]}
+
     def scores(self, tools: dict[str, str], eta: float) -> np.ndarray:
         return fused_scores(self.qbar(tools), self.p, eta)
 
@@ -134,16 +140,19 @@ def items_for(mode: str, idx: list[int], photos, measured, scored, th, damaged: 
     return out
 
 
-def search(data: ImageSet, per_category: bool, current: dict) -> dict:
+def search(data: ImageSet, per_category: bool, current: dict, part6: bool = False) -> dict:
     """The (tools, η) with the best J on `data`: the `current` tools map (what ships now) and every single
     tool, each at every η, the current first (it wins ties); then, when `per_category`, coordinate
     passes trying every tool in every category slot (η re-searched each time)."""
     names = [t for t in ovst.TOOLS[data.mode] if any(s.name == t for s in data.specs)]
+    fsim = data.figures(data.raw["FSIM"])["intra_srcc"] if part6 else None
 
     def best_eta(tools):
         best = None
         for eta in ETAS:
             f = data.figures(data.scores(tools, eta))
+            if part6:  # issue 10 part 6 as a constraint: every point of intra SRCC below FSIM's costs 10
+                f["J"] -= 10 * max(0.0, fsim - f["intra_srcc"])
             if best is None or f["J"] > best[1]["J"] + MARGIN:
                 best = (eta, f)
         return best
@@ -180,6 +189,9 @@ def main(argv=None) -> int:
     ap.add_argument("--before", default=str(CHOICE_FILE), help="the choice to compare with and to keep on ties "
                     "(default: the shipped fusion_choice.json)")
     ap.add_argument("--fr-per-category", action="store_true", help="search an FR tool per detected category")
+    ap.add_argument("--fr-part6", action="store_true", help="FR criterion: J - 10 x (FSIM's intra SRCC - intra SRCC, "
+                    "when positive) on the training images (issue 10 part 6 as a constraint)")
+    ap.add_argument("--record", default=str(RECORD), help="where the per-fold record goes")
     args = ap.parse_args(argv)
     t0 = time.time()
     cache = Path(args.cache).expanduser()
@@ -212,7 +224,7 @@ def main(argv=None) -> int:
                                     for it in items_for(mode, of[g], photos, measured, scored, fit_without(h, g), damaged)])
             test_items = items_for(mode, of[h], photos, measured, scored, fit_without(h), damaged)
             test = ImageSet(mode, test_items)
-            choice = search(train, (mode == "fr" and args.fr_per_category), before[mode]["tools"])
+            choice = search(train, (mode == "fr" and args.fr_per_category), before[mode]["tools"], args.fr_part6 and mode == "fr")
             rec = {"chosen": {"tools": choice["tools"], "eta": choice["eta"]}, "train": choice["figures"],
                    "held_out": test.figures(test.scores(choice["tools"], choice["eta"])),
                    "held_out_before": test.figures(test.scores(before[mode]["tools"], before[mode]["eta"])),
@@ -222,12 +234,13 @@ def main(argv=None) -> int:
                 it["nested"] = float(v)
             held_out[mode] += test_items
             if mode == "fr":
-                rec["held_out_FSIM"] = test.figures(test.raw["FSIM"])  # raw FSIM alone
+                rec["held_out_FSIM"] = test.rank_figures(test.raw["FSIM"])  # raw FSIM alone
             record["folds"][h][mode] = rec
             print(f"{h:8s} {mode.upper()} chose {choice['tools']} eta {choice['eta']:g} "
                   f"(train J {choice['figures']['J']:.3f}) | held out: "
                   + " | ".join(f"{k.replace('held_out_', '').replace('held_out', 'chosen')} intra {v['intra_srcc']:.3f} "
-                               f"all {v['all_srcc']:.3f} clean {v['clean_mean']:.2f} ({v['clean_below_3_5']:.0%})"
+                               f"all {v['all_srcc']:.3f}" + (f" clean {v['clean_mean']:.2f} ({v['clean_below_3_5']:.0%})"
+                                                             if "clean_mean" in v else "")
                                for k, v in rec.items() if k.startswith("held_out")), flush=True)
     # Held-out figures of the nested choice over all folds together (each image scored by its own fold's
     # choice), on every damaged photo and on the first photo per source (RESULTS.md's 68-group table).
@@ -241,13 +254,14 @@ def main(argv=None) -> int:
                    "before": data.figures(data.scores(before[mode]["tools"], before[mode]["eta"])),
                    "analyst": data.figures(data.scores({OVERALL: ovst.TOOLS[mode][0]}, 0.0)),
                    "n_groups": len(data.groups), "n_images": data.n}
-            rec.update({t: data.figures(data.raw[t]) for t in ovst.SHOWN[mode]})
+            rec.update({t: data.rank_figures(data.raw[t]) for t in ovst.SHOWN[mode]})
             record[key][mode] = rec
             for k, v in rec.items():
                 if isinstance(v, dict):
-                    print(f"{key} {mode.upper()} {k:13s} intra {v['intra_srcc']:.3f} all {v['all_srcc']:.3f} "
-                          f"clean {v['clean_mean']:.2f} ({v['clean_below_3_5']:.0%}) [{rec['n_groups']} groups]", flush=True)
-        final = search(ImageSet(mode, held_out[mode]), (mode == "fr" and args.fr_per_category), before[mode]["tools"])
+                    clean = f" clean {v['clean_mean']:.2f} ({v['clean_below_3_5']:.0%})" if "clean_mean" in v else ""
+                    print(f"{key} {mode.upper()} {k:13s} intra {v['intra_srcc']:.3f} all {v['all_srcc']:.3f}{clean} "
+                          f"[{rec['n_groups']} groups]", flush=True)
+        final = search(ImageSet(mode, held_out[mode]), (mode == "fr" and args.fr_per_category), before[mode]["tools"], args.fr_part6 and mode == "fr")
         record["shipped"][mode.upper()] = {"tools": final["tools"], "eta": final["eta"], "fit_figures": final["figures"]}
         print(f"shipped {mode.upper()}: {final['tools']} eta {final['eta']:g} (J on all sources {final['figures']['J']:.3f})")
     # Per-fold held-out figures averaged, weighted by the fold's photos (RESULTS.md's fold tables do the same).
@@ -256,13 +270,14 @@ def main(argv=None) -> int:
         w = np.array([len(of[h]) for h in sources], dtype=float)
         keys = [k for k in record["folds"][sources[0]][mode] if k.startswith("held_out")]
         record["fold_mean"][mode] = {k: {f: float(np.average([record["folds"][h][mode][k][f] for h in sources], weights=w))
-                                         for f in ("intra_srcc", "all_srcc", "clean_mean", "clean_below_3_5", "J")}
+                                         for f in record["folds"][sources[0]][mode][k]}
                                      for k in keys}
         for k, v in record["fold_mean"][mode].items():
-            print(f"fold mean {mode.upper()} {k:17s} intra {v['intra_srcc']:.3f} all {v['all_srcc']:.3f} "
-                  f"clean {v['clean_mean']:.2f} ({v['clean_below_3_5']:.0%})")
+            clean = f" clean {v['clean_mean']:.2f} ({v['clean_below_3_5']:.0%})" if "clean_mean" in v else ""
+            print(f"fold mean {mode.upper()} {k:17s} intra {v['intra_srcc']:.3f} all {v['all_srcc']:.3f}{clean}")
     record["seconds"] = round(time.time() - t0, 1)
-    RECORD.write_text(json.dumps(record, indent=1) + "\n")
+    record["fr_part6"] = args.fr_part6
+    Path(args.record).write_text(json.dumps(record, indent=1) + "\n")
     if not args.no_write:
         shipped = {"about": "Which tool the offline analyst fuses per mode and detected category, and the spec's eta; "
                             "chosen on held-out sources by benchmarks/choose_fusion.py (record: benchmarks/corpus/fusion_choice.json).",
