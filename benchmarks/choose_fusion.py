@@ -88,7 +88,7 @@ class ImageSet:
         for i, cats in enumerate(self.cats):
             names = memo.get(cats)
             if names is None:
-                names = memo[cats] = list(dict.fromkeys(tools.get(c, tools[OVERALL]) for c in (cats or (OVERALL,))))
+                names = memo[cats] = analyst.offline_tool_names(self.mode.upper(), cats, self.specs, tools)
             out[i] = np.mean([self.norm[t][i] for t in names])
         return out
 

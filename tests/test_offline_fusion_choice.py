@@ -97,10 +97,12 @@ def test_another_choice_changes_what_runs_and_how_much_it_weighs(assessor, pair,
     ({"NR": {"eta": -1, "tools": {OVERALL: "NIQE"}}, "FR": {"eta": 1, "tools": {OVERALL: "FSIM"}}}, "eta"),
     ({"NR": {"eta": 1, "tools": {"Noise": "NIQE"}}, "FR": {"eta": 1, "tools": {OVERALL: "FSIM"}}}, "Overall"),
     ({"NR": {"eta": 1, "tools": {OVERALL: "NIQE"}}}, "FR"),
+    ("{not json", "cannot read"),
+    ([1, 2], "JSON object"),
 ])
 def test_a_broken_choice_file_is_named(tmp_path, monkeypatch, bad, message):
     path = tmp_path / "fusion_choice.json"
-    path.write_text(json.dumps(bad))
+    path.write_text(bad if isinstance(bad, str) else json.dumps(bad))
     monkeypatch.setattr(analyst, "FUSION_CHOICE_FILE", path)
     analyst.fusion_choice.cache_clear()
     try:

@@ -140,7 +140,12 @@ def fusion_choice() -> dict:
     """{"NR"/"FR": {"eta": η, "tools": {category or "Overall": tool}}} from fusion_choice.json: which tool
     the offline path fuses per detected category and how strongly (the spec's η), chosen by
     benchmarks/choose_fusion.py on held-out sources."""
-    data = json.loads(FUSION_CHOICE_FILE.read_text(encoding="utf-8"))
+    try:
+        data = json.loads(FUSION_CHOICE_FILE.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:  # missing, unreadable, not UTF-8, not JSON: say which file
+        raise ValueError(f"{FUSION_CHOICE_FILE}: cannot read the offline fusion choice ({exc})") from exc
+    if not isinstance(data, dict):
+        raise ValueError(f"{FUSION_CHOICE_FILE}: expected a JSON object with NR and FR entries")
     out = {}
     for mode in ("NR", "FR"):
         entry = data.get(mode)
@@ -153,11 +158,12 @@ def fusion_choice() -> dict:
     return out
 
 
-def tool_for(mode: str, category: str, tools: Sequence) -> str:
+def tool_for(mode: str, category: str, tools: Sequence, chosen: Optional[dict] = None) -> str:
     """The tool the offline analyst runs for one detected category: the chosen one when it can run here
     (`tools`: the registry's available ToolSpecs for the mode), else the first tool whose strengths name
-    the category, else the first available."""
-    chosen = fusion_choice()[mode]["tools"]
+    the category, else the first available. `chosen`: a tools map to use instead of the shipped one
+    (benchmarks/choose_fusion.py tries candidates through this same code)."""
+    chosen = chosen if chosen is not None else fusion_choice()[mode]["tools"]
     name = chosen.get(category, chosen[OVERALL])
     if any(t.name == name for t in tools):
         return name
@@ -165,10 +171,10 @@ def tool_for(mode: str, category: str, tools: Sequence) -> str:
     return (strong or list(tools))[0].name
 
 
-def offline_tool_names(mode: str, categories: Sequence[str], tools: Sequence) -> list[str]:
+def offline_tool_names(mode: str, categories: Sequence[str], tools: Sequence, chosen: Optional[dict] = None) -> list[str]:
     """The distinct tools an offline assessment runs for these detected categories (Overall when none):
     their normalized scores are what `OfflineRoles.fuse` averages into q̄."""
-    return list(dict.fromkeys(tool_for(mode, c, tools) for c in (list(categories) or [OVERALL])))
+    return list(dict.fromkeys(tool_for(mode, c, tools, chosen) for c in (list(categories) or [OVERALL])))
 
 
 def _mode_tools(ctx: AssessmentContext) -> tuple[str, list]:
