@@ -21,8 +21,9 @@ Reported per mode: mean intra-(photo, type) SRCC (within one photo and type, doe
 level rises), SRCC across all images (clean photos as level 0 plus all damage: are scores comparable across
 types?), and for the pipeline and analyst the clean photos' mean score and share below 3.5.
 
-Raw tool scores are cached under ``<corpus cache>/tools/`` keyed by the image's bytes and the tool name, so
-re-runs (and ``choose_fusion.py``) only score what is new.
+Raw tool scores are cached under ``<corpus cache>/tools/<tool-layer key>/`` keyed by the image's bytes and the
+tool name, so re-runs (and ``choose_fusion.py``) only score what is new; any change to ``iqa_tools/`` or pyiqa
+starts a fresh folder.
 """
 from __future__ import annotations
 
@@ -140,8 +141,20 @@ def damaged_photos(photos: list[dict], per_source: int) -> set[int]:
     return out
 
 
+def tools_code_key() -> str:
+    """Cached tool scores are reused while the tool layer (iqa_tools' code, table and model files) and
+    pyiqa are unchanged: a change there (e.g. a faster BRISQUE) starts a new cache folder."""
+    from importlib.metadata import version
+
+    h = hashlib.sha1(version("pyiqa").encode())
+    for f in sorted((ROOT / "iqa_tools").rglob("*")):
+        if f.is_file() and f.suffix in (".py", ".yaml", ".mat", ".pt", ".json"):
+            h.update(f.relative_to(ROOT).as_posix().encode() + f.read_bytes())
+    return h.hexdigest()[:12]
+
+
 def tool_scores(photos: list[dict], cache: Path, per_source: int, workers: int) -> list[dict]:
-    cache_dir = cache / "tools"
+    cache_dir = cache / "tools" / tools_code_key()
     cache_dir.mkdir(parents=True, exist_ok=True)
     damaged = damaged_photos(photos, per_source)
     jobs = [(p["path"], p["gray"], i in damaged, str(cache_dir)) for i, p in enumerate(photos)]
