@@ -40,6 +40,7 @@ __all__ = [
     "FusionResult",
     "ProbExtraction",
     "ScoreFusion",
+    "fused_scores",
     "level_letter",
     "stable_softmax",
 ]
@@ -70,6 +71,24 @@ def stable_softmax(x: np.ndarray) -> np.ndarray:
     shifted = x - np.max(x)
     e = np.exp(shifted)
     return e / e.sum()
+
+
+def fused_scores(qbar: np.ndarray, p: np.ndarray, eta: float) -> np.ndarray:
+    """`ScoreFusion.fuse`'s q for many images at once, for parameter searches (benchmarks/choose_fusion.py):
+    qbar (n,) mean normalized tool score per image (NaN: no tool scores, α uniform), p (n, 5) level
+    probabilities (rows summing to 1). Same formula, weighted in log space like `fuse`; no validation,
+    fallbacks or logging. Clipped to [1, 5] as `fuse` does."""
+    qbar = np.asarray(qbar, dtype=np.float64)
+    p = np.asarray(p, dtype=np.float64)
+    if p.ndim != 2 or p.shape[1] != 5 or qbar.shape != (p.shape[0],):
+        raise ValueError(f"fused_scores wants qbar (n,) and p (n, 5), got {qbar.shape} and {p.shape}")
+    log_alpha = -float(eta) * (qbar[:, None] - LEVELS[None, :]) ** 2
+    log_alpha = np.where(np.isnan(log_alpha), 0.0, log_alpha)  # no tool scores: uniform α
+    with np.errstate(divide="ignore"):
+        log_w = log_alpha + np.log(p)
+    log_w -= log_w.max(axis=1, keepdims=True)
+    w = np.exp(log_w)
+    return np.clip((w * LEVELS).sum(axis=1) / w.sum(axis=1), 1.0, 5.0)
 
 
 def level_letter(score: float) -> str:

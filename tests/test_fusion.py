@@ -234,3 +234,30 @@ def test_a_positive_log_probability_falls_back_and_says_so():
     assert any("above 0" in w for w in r.warnings)
     ok = ScoreFusion().fuse([3.0], level_logprobs={"A": 0.0001, "B": -1.0, "C": -2.0, "D": -3.0, "E": -4.0})
     assert ok.prob_mode_used == "logits"  # provider rounding is not an error
+
+
+# ── the batch form used by the held-out choice of η (benchmarks/choose_fusion.py) ─────────────────
+
+
+@pytest.mark.parametrize("eta", [0.0, 0.3, 1.0, 4.0])
+def test_fused_scores_equals_fuse(eta):
+    from agentic_iqa.fusion import fused_scores
+
+    rng = np.random.default_rng(7)
+    p = rng.dirichlet(np.full(5, 0.6), size=40)
+    p[0] = [0, 0, 0, 0, 1.0]  # a certain analyst: zeros in p must not break the log-space weighting
+    qbar = rng.uniform(1, 5, size=40)
+    qbar[1] = np.nan  # no tool scores
+    batch = fused_scores(qbar, p, eta)
+    fusion = ScoreFusion(eta=eta, prob_mode="analyst")
+    for q, row, b in zip(qbar, p, batch):
+        one = fusion.fuse([] if np.isnan(q) else [q], probabilities={str(c): v for c, v in zip(range(1, 6), row)})
+        assert b == pytest.approx(one.score, abs=1e-9)
+    assert fused_scores(qbar[:1], p[:1], eta)[0] == pytest.approx(5.0)
+
+
+def test_fused_scores_rejects_mismatched_shapes():
+    from agentic_iqa.fusion import fused_scores
+
+    with pytest.raises(ValueError, match="qbar"):
+        fused_scores(np.ones(3), np.full((2, 5), 0.2), 1.0)

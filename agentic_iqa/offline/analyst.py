@@ -3,17 +3,24 @@
 - Planner: DESIGN §3's rules applied to the query text (`planner_rules`).
 - Detection / analysis: measured image statistics per spec category (`offline.stats`, `offline.severity`,
   thresholds fitted on real photos from several sources (benchmarks/fit_corpus.py)), each with a one-line measured reason.
-- Tool selection: the registry's metadata (strengths; FR tools when a reference exists), restricted to
-  tools that run here.
+- Tool selection: per mode (NR / FR) and detected category, the tool of `fusion_choice.json`, chosen on
+  held-out sources by benchmarks/choose_fusion.py; a tool that cannot run here falls back to the
+  registry's metadata (strengths; FR tools when a reference exists).
 - Summarizer: the analyst's own distribution over quality levels (derived from the measured
   severities) stands in for the VLM's level probabilities and is fused with the tools' scores by the
-  spec's formula (probability mode "analyst"); questions are answered from the severities.
+  spec's formula (probability mode "analyst") with the η of `fusion_choice.json` for the mode; questions
+  are answered from the severities.
 
 Same state models, graph, registry and fusion as the VLM roles; only the judgement differs.
 """
 from __future__ import annotations
 
+import functools
+import json
+import math
 import re
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Optional
 
 from agentic_iqa.agents.context import AssessmentContext
@@ -31,6 +38,7 @@ from signatures.models import (
     SummarizerOutput,
 )
 
+FUSION_CHOICE_FILE = Path(__file__).with_name("fusion_choice.json")
 _YES = re.compile(r"^\s*(yes|true|present|there is)\b", re.I)
 _NO = re.compile(r"^\s*(no|false|absent|there is no)\b", re.I)
 
@@ -40,8 +48,17 @@ class OfflineRoles:
 
     name = "offline analyst"
 
-    def __init__(self, eta: float = 1.0):
-        self.fusion = ScoreFusion(eta=eta, prob_mode="analyst")
+    def __init__(self, eta: Optional[float] = None):
+        """`eta`: one η for both modes instead of the chosen ones (for ablations)."""
+        self.eta = eta
+
+    def fuse(self, dist: Sequence[float], scores: Sequence[float], mode: str, prob_note: Optional[str] = None):
+        """The spec's fusion of the analyst's level distribution with normalized tool scores, with the η
+        chosen for `mode` ("NR" / "FR") unless one was given."""
+        eta = self.eta if self.eta is not None else fusion_choice()[mode]["eta"]
+        return ScoreFusion(eta=eta, prob_mode="analyst").fuse(
+            scores, probabilities={str(c): p for c, p in zip(range(1, 6), dist)}, prob_mode="analyst",
+            prob_note=prob_note)
 
     # ── measurements, once per assessment ───────────────────────────────────────────────────────
 
@@ -92,18 +109,11 @@ class OfflineRoles:
         return out
 
     def select(self, ctx: AssessmentContext, plan: PlannerOutput, distortion_set) -> dict[str, dict[str, str]]:
-        mode = "FR" if ctx.has_reference else "NR"
-        tools = ctx.registry.available_tools(mode) or ctx.registry.available_tools("NR")
+        mode, tools = _mode_tools(ctx)
         if not tools:
             return {}
         targets = distortion_set or {GLOBAL: [OVERALL]}
-        out: dict[str, dict[str, str]] = {}
-        for obj, categories in targets.items():
-            out[obj] = {}
-            for cat in categories or [OVERALL]:
-                strong = [t for t in tools if cat in t.strengths]
-                out[obj][cat] = (strong or tools)[0].name
-        return out
+        return {obj: {cat: tool_for(mode, cat, tools) for cat in categories or [OVERALL]} for obj, categories in targets.items()}
 
     def summarize(self, ctx: AssessmentContext, plan: PlannerOutput, evidence: ExecutorOutput) -> SummarizerOutput:
         from agentic_iqa.offline import severity
@@ -112,10 +122,8 @@ class OfflineRoles:
         dist = severity.level_distribution(analyses)
         expected = severity.expected_level(dist)
         scores = unique_tool_scores(evidence)
-        fused = self.fusion.fuse(
-            scores, probabilities={str(c): p for c, p in zip(range(1, 6), dist)}, prob_mode="analyst",
-            prob_note=f"analyst distribution from measured severities (expected level {expected:.2f})",
-        )
+        fused = self.fuse(dist, scores, _mode_tools(ctx)[0],
+                          prob_note=f"analyst distribution from measured severities (expected level {expected:.2f})")
         reasoning = _reasoning(analyses, evidence, fused, expected)
         if ctx.scoring:
             return SummarizerOutput.from_fusion(
@@ -125,6 +133,54 @@ class OfflineRoles:
             )
         answer = answer_question(ctx.query, plan, analyses, fused.level)
         return SummarizerOutput(final_answer=answer, quality_reasoning=reasoning)
+
+
+@functools.lru_cache(maxsize=1)
+def fusion_choice() -> dict:
+    """{"NR"/"FR": {"eta": η, "tools": {category or "Overall": tool}}} from fusion_choice.json: which tool
+    the offline path fuses per detected category and how strongly (the spec's η), chosen by
+    benchmarks/choose_fusion.py on held-out sources."""
+    try:
+        data = json.loads(FUSION_CHOICE_FILE.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:  # missing, unreadable, not UTF-8, not JSON: say which file
+        raise ValueError(f"{FUSION_CHOICE_FILE}: cannot read the offline fusion choice ({exc})") from exc
+    if not isinstance(data, dict):
+        raise ValueError(f"{FUSION_CHOICE_FILE}: expected a JSON object with NR and FR entries")
+    out = {}
+    for mode in ("NR", "FR"):
+        entry = data.get(mode)
+        if not isinstance(entry, dict) or not isinstance(entry.get("tools"), dict) or OVERALL not in entry["tools"]:
+            raise ValueError(f"{FUSION_CHOICE_FILE}: {mode} needs a tools map with an {OVERALL!r} entry")
+        eta = entry.get("eta")
+        if not isinstance(eta, (int, float)) or not math.isfinite(eta) or eta < 0:
+            raise ValueError(f"{FUSION_CHOICE_FILE}: {mode} eta must be a finite number >= 0, got {eta!r}")
+        out[mode] = {"eta": float(eta), "tools": {str(k): str(v) for k, v in entry["tools"].items()}}
+    return out
+
+
+def tool_for(mode: str, category: str, tools: Sequence, chosen: Optional[dict] = None) -> str:
+    """The tool the offline analyst runs for one detected category: the chosen one when it can run here
+    (`tools`: the registry's available ToolSpecs for the mode), else the first tool whose strengths name
+    the category, else the first available. `chosen`: a tools map to use instead of the shipped one
+    (benchmarks/choose_fusion.py tries candidates through this same code)."""
+    chosen = chosen if chosen is not None else fusion_choice()[mode]["tools"]
+    name = chosen.get(category, chosen[OVERALL])
+    if any(t.name == name for t in tools):
+        return name
+    strong = [t for t in tools if category in t.strengths]
+    return (strong or list(tools))[0].name
+
+
+def offline_tool_names(mode: str, categories: Sequence[str], tools: Sequence, chosen: Optional[dict] = None) -> list[str]:
+    """The distinct tools an offline assessment runs for these detected categories (Overall when none):
+    their normalized scores are what `OfflineRoles.fuse` averages into q̄."""
+    return list(dict.fromkeys(tool_for(mode, c, tools, chosen) for c in (list(categories) or [OVERALL])))
+
+
+def _mode_tools(ctx: AssessmentContext) -> tuple[str, list]:
+    """("FR", FR tools) with a reference and FR tools available, else ("NR", NR tools)."""
+    fr = ctx.registry.available_tools("FR") if ctx.has_reference else []
+    return ("FR", fr) if fr else ("NR", ctx.registry.available_tools("NR"))
 
 
 def _working_pixels(ctx: AssessmentContext, path) -> tuple[tuple[int, int], "object"]:
