@@ -14,8 +14,12 @@ in [0, 1]), of the same shape.
 """
 from __future__ import annotations
 
+import math
+from functools import lru_cache
+
 import cv2
 import numpy as np
+import scipy.fft
 
 from iqa_tools.nss import F32, to_float, y255, y_channel
 
@@ -123,4 +127,119 @@ def psnr(x: np.ndarray, ref: np.ndarray) -> float:
     return float(10 * np.log10(1.0 / (mse + 1e-8)))
 
 
-NUMPY_FR_TOOLS = {"nlpd": lambda: nlpd, "gmsd": lambda: gmsd, "psnr": lambda: psnr}
+# ── FSIM ─────────────────────────────────────────────────────────────────────────────────────────
+
+_EPS32 = np.finfo(F32).eps  # pyiqa's EPS (torch.finfo(float32).eps), in its similarity maps and sums
+_PC_SCALES, _PC_ORIENTS, _PC_MIN_LENGTH, _PC_MULT, _PC_SIGMA_F, _PC_DELTA_THETA, _PC_K = 4, 4, 6, 2, 0.55, 1.2, 2.0
+_SCHARR_X = np.array([[-3.0, 0.0, 3.0], [-10.0, 0.0, 10.0], [-3.0, 0.0, 3.0]], dtype=F32) / F32(16)
+_SCHARR_Y = np.ascontiguousarray(_SCHARR_X.T)
+
+
+def _centred_axis(n: int) -> np.ndarray:
+    """pyiqa's get_meshgrid axis: frequencies centred on 0, divided by n - 1 for odd n (as pyiqa), else n."""
+    if n % 2:
+        return np.arange(-(n - 1) / 2, n / 2).astype(F32) / F32(n - 1)
+    return np.arange(-n / 2, n / 2).astype(F32) / F32(n)
+
+
+def _ifftshift(a: np.ndarray) -> np.ndarray:
+    return np.roll(a, [-(n // 2) for n in a.shape], axis=(0, 1))  # pyiqa's ifftshift: roll by -(n // 2)
+
+
+@lru_cache(maxsize=8)
+def _pc_filters(h: int, w: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """pyiqa's _construct_filters for an h×w plane — (orientations, scales, h, w) log-Gabor filters, float32 —
+    and what _phase_congruency derives from the filters alone, per orientation: the smallest scale's energy
+    em_n, and the spatial filters' Σ a_n² and Σ a_i·a_j. They depend on the size only, so they are kept."""
+    gx, gy = np.meshgrid(_centred_axis(h), _centred_axis(w), indexing="ij")
+    radius = np.sqrt(gx * gx + gy * gy)
+    lowpass = _ifftshift(F32(1) / (F32(1) + (radius / F32(0.45)) ** 30))  # Butterworth, cutoff 0.45, n 15
+    theta = _ifftshift(np.arctan2(-gy, gx))
+    radius = _ifftshift(radius)
+    radius[0, 0] = 1
+    sin_t, cos_t = np.sin(theta), np.cos(theta)
+    log_gabor = []
+    for s in range(_PC_SCALES):
+        omega_0 = F32(1.0 / (_PC_MIN_LENGTH * _PC_MULT ** s))
+        g = np.exp(-(np.log(radius / omega_0) ** 2) / F32(2 * math.log(_PC_SIGMA_F) ** 2)) * lowpass
+        g[0, 0] = 0
+        log_gabor.append(g)
+    theta_sigma = math.pi / (_PC_ORIENTS * _PC_DELTA_THETA)
+    spread = []
+    for o in range(_PC_ORIENTS):
+        angle = o * math.pi / _PC_ORIENTS
+        ds = sin_t * F32(math.cos(angle)) - cos_t * F32(math.sin(angle))
+        dc = cos_t * F32(math.cos(angle)) + sin_t * F32(math.sin(angle))
+        dtheta = np.abs(np.arctan2(ds, dc))
+        spread.append(np.exp(-(dtheta ** 2) / F32(2 * theta_sigma ** 2)))
+    filters = np.stack(spread)[:, None] * np.stack(log_gabor)[None]  # (orientations, scales, h, w)
+    em_n = (filters[:, 0] ** 2).sum(axis=(-2, -1), dtype=F32)
+    spatial = (scipy.fft.ifft2(filters).real * F32(math.sqrt(h * w))).astype(F32)
+    sum_an2 = (spatial ** 2).sum(axis=1).sum(axis=(-2, -1), dtype=F32)
+    sum_ai_aj = sum((spatial[:, s:s + 1] * spatial[:, s + 1:]).sum(axis=1) for s in range(_PC_SCALES - 1)).sum(axis=(-2, -1), dtype=F32)
+    return filters, em_n, sum_an2, sum_ai_aj
+
+
+def _phase_congruency(lum: np.ndarray) -> np.ndarray:
+    """pyiqa's _phase_congruency for one H×W float32 plane (Kovesi's, 4 scales × 4 orientations)."""
+    filters, em_n, sum_an2, sum_ai_aj = _pc_filters(*lum.shape)
+    eo = scipy.fft.ifft2(scipy.fft.fft2(lum) * filters)  # complex64: even (real) and odd (imaginary) responses
+    an = np.abs(eo)
+    total = eo.sum(axis=1, keepdims=True)  # Σ over scales of even + i·odd
+    mean = total / (np.abs(total) + _EPS32)  # (mean_e + i·mean_o)
+    # pyiqa's even·mean_e + odd·mean_o − |even·mean_o − odd·mean_e| is Re(z) − |Im(z)| of z = eo·conj(mean).
+    z = eo * mean.conj()
+    energy = (z.real - np.abs(z.imag)).sum(axis=1)
+    # Noise estimate from the smallest scale: torch.median is the lower middle value for an even count (as pyiqa).
+    e2 = (an[:, 0] ** 2).reshape(_PC_ORIENTS, -1)
+    mid = (e2.shape[1] - 1) // 2
+    median_e2n = np.partition(e2, mid, axis=1)[:, mid]
+    noise_power = (-median_e2n / F32(math.log(0.5))) / em_n
+    tau = np.sqrt((F32(2) * noise_power * sum_an2 + F32(4) * noise_power * sum_ai_aj) / F32(2))
+    threshold = (tau * F32(math.sqrt(math.pi / 2)) + F32(_PC_K) * np.sqrt(F32(2 - math.pi / 2) * tau ** 2)) / F32(1.7)
+    energy = np.maximum(energy - threshold[:, None, None], F32(0))
+    return (energy.sum(axis=0) + _EPS32) / (an.sum(axis=(0, 1)) + _EPS32)
+
+
+def _similarity(a: np.ndarray, b: np.ndarray, constant: float) -> np.ndarray:
+    """pyiqa's similarity_map (alpha 0)."""
+    return (F32(2) * a * b + F32(constant)) / (a * a + b * b + F32(constant) + _EPS32)
+
+
+def _fsim_planes(pixels: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(Y, I, Q) of YIQ at 0–255 after pyiqa's avg_pool2d by round(min side / 256) (partial blocks dropped)."""
+    rgb = to_float(pixels) * F32(255)
+    k = max(1, round(min(rgb.shape[:2]) / 256))  # Python's round, as pyiqa: 384 / 256 = 1.5 → 2
+    if k > 1:  # summed in the window's row-major order, then divided, as torch's avg_pool2d
+        h, w = rgb.shape[0] // k * k, rgb.shape[1] // k * k
+        acc = rgb[0:h:k, 0:w:k].copy()
+        for a in range(k):
+            for b in range(k):
+                if a or b:
+                    acc += rgb[a:h:k, b:w:k]
+        rgb = acc / F32(k * k)
+    r, g, b = rgb[..., 0], rgb[..., 1], rgb[..., 2]
+    y = (r * F32(0.299) + g * F32(0.587)) + b * F32(0.114)
+    i = (r * F32(0.5959) + g * F32(-0.2746)) + b * F32(-0.3213)
+    q = (r * F32(0.2115) + g * F32(-0.5227)) + b * F32(0.3112)
+    return y, i, q
+
+
+def _gradient(lum: np.ndarray) -> np.ndarray:
+    gx, gy = _correlate(lum, _SCHARR_X), _correlate(lum, _SCHARR_Y)
+    return np.sqrt(gx * gx + gy * gy + _EPS32)  # pyiqa's gradient_map (safe_sqrt)
+
+
+def fsim(x: np.ndarray, ref: np.ndarray) -> float:
+    """pyiqa `fsim` (chromatic=True: FSIMc): phase congruency and gradient similarity of the luminance,
+    weighted by the larger phase congruency, times the I/Q chroma similarity to the power 0.03."""
+    _same_shape(x, ref)
+    (y1, i1, q1), (y2, i2, q2) = _fsim_planes(x), _fsim_planes(ref)
+    pc1, pc2 = _phase_congruency(y1), _phase_congruency(y2)
+    pc_max = np.maximum(pc1, pc2)
+    score = _similarity(_gradient(y1), _gradient(y2), 160) * _similarity(pc1, pc2, 0.85) * pc_max
+    score = score * np.abs(_similarity(i1, i2, 200) * _similarity(q1, q2, 200)) ** F32(0.03)
+    return float(score.sum(dtype=np.float64) / pc_max.sum(dtype=np.float64))
+
+
+NUMPY_FR_TOOLS = {"nlpd": lambda: nlpd, "gmsd": lambda: gmsd, "psnr": lambda: psnr, "fsim": lambda: fsim}

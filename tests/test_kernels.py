@@ -266,9 +266,9 @@ def test_unreadable_niqe_model_is_a_clear_tool_error(tmp_path):
         reg.score("NIQE", NR_IMAGES["512x384"])
 
 
-# ── torch-free FR kernels (iqa_tools.frmetrics): NLPD, GMSD, PSNR ──────────────────────────────
+# ── torch-free FR kernels (iqa_tools.frmetrics): NLPD, GMSD, PSNR, FSIM ────────────────────────
 
-FR_METRICS = ("nlpd", "gmsd", "psnr")
+FR_METRICS = ("nlpd", "gmsd", "psnr", "fsim")
 
 
 def _distort(ref: np.ndarray, seed: int) -> np.ndarray:
@@ -300,8 +300,8 @@ def test_numpy_fr_kernels_equal_pyiqa(pyiqa_fr, metric, pair):
     got = kernel(x, ref)
     assert got == pytest.approx(expected, rel=1e-5), (metric, pair, got, expected)  # measured ≤ 1.4e-7
     same = kernel(ref, ref)  # identical images: the metric's perfect score, as pyiqa's
-    assert same == pytest.approx({"psnr": 80.0, "nlpd": 0.0, "gmsd": 0.0}[metric], abs=1e-6)
-    assert (got < same) if metric == "psnr" else (got > same)  # a real comparison, not a constant
+    assert same == pytest.approx({"psnr": 80.0, "nlpd": 0.0, "gmsd": 0.0, "fsim": 1.0}[metric], abs=1e-6)
+    assert (got < same) if metric in ("psnr", "fsim") else (got > same)  # a real comparison, not a constant
 
 
 def test_numpy_fr_kernels_refuse_bad_input():
@@ -316,18 +316,18 @@ def test_numpy_fr_kernels_refuse_bad_input():
 
 
 def test_registry_fr_scores_equal_pyiqa_path(tmp_path, pyiqa_fr):
-    """NLPD, GMSD, PSNR through the registry (files decoded, score_many batching references) against pyiqa."""
+    """NLPD, GMSD, PSNR, FSIM through the registry (files decoded, score_many batching references) against pyiqa."""
     torch = backend.torch()
     x, ref = FR_PAIRS["noisy 600x400"]
     xp, rp = tmp_path / "x.png", tmp_path / "r.png"
     Image.fromarray(x).save(xp)
     Image.fromarray(ref).save(rp)
     reg = ToolRegistry(cache=False, offline=True, device="cpu")
-    for tool, metric in (("NLPD", "nlpd"), ("GMSD", "gmsd"), ("PSNR", "psnr")):
+    for tool, metric in (("NLPD", "nlpd"), ("GMSD", "gmsd"), ("PSNR", "psnr"), ("FSIM", "fsim")):
         s = reg.score(tool, xp, rp)
         assert isinstance(reg._metrics[(tool, "cpu")], kernels.NumpyKernel)
         many = reg.score_many(tool, [xp, rp], [rp, rp])
-        assert many[0].raw_score == s.raw_score and many[1].raw_score == pytest.approx(0.0 if tool != "PSNR" else 80.0, abs=1e-6)
+        assert many[0].raw_score == s.raw_score and many[1].raw_score == pytest.approx({"PSNR": 80.0, "FSIM": 1.0}.get(tool, 0.0), abs=1e-6)
         with torch.inference_mode():
             expected = float(pyiqa_fr[metric](str(xp), str(rp)).reshape(-1)[0])
         assert s.raw_score == pytest.approx(expected, rel=1e-5), (tool, s.raw_score, expected)
@@ -344,7 +344,7 @@ ToolRegistry.available_tools = lambda self, mode=None: [s for s in orig(self, mo
 from agentic_iqa.api import create_assessor
 r = create_assessor(offline=True, device="cpu").assess(sys.argv[1], reference=sys.argv[2], use_cache=False)
 logs = [(lg.tool_name, lg.raw_score, lg.working_size) for lg in r.evidence.tool_logs]
-direct = {t: ToolRegistry(cache=False, offline=True, device="cpu").score(t, sys.argv[1], sys.argv[2]).raw_score for t in ("NLPD", "GMSD", "PSNR")}
+direct = {t: ToolRegistry(cache=False, offline=True, device="cpu").score(t, sys.argv[1], sys.argv[2]).raw_score for t in ("NLPD", "GMSD", "PSNR", "FSIM")}
 print(json.dumps({"logs": logs, "direct": direct, "loaded": sorted(m for m in ("torch", "pyiqa", "torchvision") if m in sys.modules)}))
 """
 
@@ -367,8 +367,8 @@ def test_offline_fr_assessment_with_kernel_tools_never_imports_torch(tmp_path):
                          env=env, cwd=tmp_path, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
-    fr_logs = [(name, raw) for name, raw, _ in result["logs"] if name in ("NLPD", "GMSD", "PSNR")]
+    fr_logs = [(name, raw) for name, raw, _ in result["logs"] if name in ("NLPD", "GMSD", "PSNR", "FSIM")]
     assert fr_logs and all(raw is not None for _, raw in fr_logs), result
     assert all(raw is not None and size == [512, 384] for _, raw, size in result["logs"])
-    assert set(result["direct"]) == {"NLPD", "GMSD", "PSNR"} and all(v > 0 for v in result["direct"].values())
+    assert set(result["direct"]) == {"NLPD", "GMSD", "PSNR", "FSIM"} and all(v > 0 for v in result["direct"].values())
     assert result["loaded"] == []
