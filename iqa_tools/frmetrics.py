@@ -1,13 +1,14 @@
-"""pyiqa's full-reference `nlpd`, `gmsd`, `psnr` and `fsim` (default options) in NumPy/OpenCV, without torch.
+"""pyiqa's full-reference `nlpd`, `gmsd`, `psnr`, `fsim` and `vif` (default options) in NumPy/OpenCV, no torch.
 
 The offline FR path and users' FR picks run these weight-free metrics; through pyiqa each cold call first
 imports torch and pyiqa (~3 s), and pyiqa's formulations are 1.1–1.6× slower than the maths needs (issue 14).
 A sibling of iqa_tools.nss (the NR statistics) rather than part of it: these compare two images and share
 nothing with the NSS fits but the colour conversion, which they import from there.
 
-Each function computes what pyiqa/archs/{nlpd,gmsd,psnr,fsim}_arch.py compute, vectorized, in float32 as
-pyiqa does for float32 input tensors; quirks of pyiqa's code that change scores are kept and marked
-"as pyiqa". tests/test_kernels.py compares the scores on odd sizes, greyscale and float input.
+Each function computes what pyiqa/archs/{nlpd,gmsd,psnr,fsim,vif}_arch.py compute, vectorized, in float32 as
+pyiqa does for float32 input tensors (VIF's statistics in float64: see vif); quirks of pyiqa's code that
+change scores are kept and marked "as pyiqa". tests/test_kernels.py compares the scores on odd sizes,
+greyscale and float input: NLPD, GMSD, PSNR, FSIM equal pyiqa's to < 2e-7 relative, VIF to its float32 noise.
 
 Inputs are (distorted, reference) H×W×3 pixel arrays as iqa_tools.images decodes them (uint8, or float32
 in [0, 1]), of the same shape.
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
+from pathlib import Path
 
 import cv2
 import numpy as np
@@ -242,4 +244,147 @@ def fsim(x: np.ndarray, ref: np.ndarray) -> float:
     return float(score.sum(dtype=np.float64) / pc_max.sum(dtype=np.float64))
 
 
-NUMPY_FR_TOOLS = {"nlpd": lambda: nlpd, "gmsd": lambda: gmsd, "psnr": lambda: psnr, "fsim": lambda: fsim}
+# ── VIF ──────────────────────────────────────────────────────────────────────────────────────────
+
+
+@lru_cache(maxsize=1)
+def _sp5_filters() -> dict[str, np.ndarray]:
+    """The steerable pyramid's sp5 filters (hi0filt, lo0filt, lofilt, bfilts) as pyiqa's vif_arch.sp5_filters
+    defines them, read from that installed file's literals: importing the module would import torch, and
+    copying its ~480 coefficients here would keep a second copy of data pyiqa owns."""
+    import ast
+    import importlib.util
+
+    spec = importlib.util.find_spec("pyiqa")  # a top-level package is located without being imported
+    if spec is None or spec.origin is None:
+        raise ValueError("VIF needs pyiqa installed (its sp5 pyramid filters are read from pyiqa/archs/vif_arch.py)")
+    path = Path(spec.origin).parent / "archs" / "vif_arch.py"
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+
+    def array(node: ast.expr) -> np.ndarray:
+        if isinstance(node, ast.Call) and node.args:  # np.array([...])
+            return np.array(ast.literal_eval(node.args[0]), dtype=np.float64)
+        if isinstance(node, ast.Attribute) and node.attr == "T":  # bfilts = np.array([...]).T
+            return array(node.value).T
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult) and isinstance(node.left, ast.Constant):
+            return node.left.value * array(node.right)  # lofilt = 2 * np.array([...])
+        raise ValueError(f"{path}: sp5_filters has an entry this reader does not know ({ast.dump(node)[:80]})")
+
+    out: dict[str, np.ndarray] = {}
+    for fn in tree.body:
+        if isinstance(fn, ast.FunctionDef) and fn.name == "sp5_filters":
+            for node in fn.body:
+                if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Subscript):
+                    key = ast.literal_eval(node.targets[0].slice)
+                    if key in ("hi0filt", "lo0filt", "lofilt", "bfilts"):
+                        out[key] = array(node.value)
+    shapes = {k: v.shape for k, v in out.items()}
+    if shapes != {"hi0filt": (9, 9), "lo0filt": (5, 5), "lofilt": (9, 9), "bfilts": (49, 6)}:
+        raise ValueError(f"{path}: unexpected sp5 filters {shapes}")
+    return out
+
+
+def _corr_reflect(img: np.ndarray, filt: np.ndarray, step: int = 1) -> np.ndarray:
+    """pyiqa vif_arch.corrDn: 'reflect' padding by (k − 1) / 2, correlation with the filter as pyiqa rounds it
+    (float32), then the stride."""
+    out = cv2.filter2D(img, -1, filt.astype(F32).astype(img.dtype), borderType=cv2.BORDER_REFLECT_101)
+    return out[::step, ::step] if step > 1 else out
+
+
+def _vif_subbands(img: np.ndarray) -> dict[int, np.ndarray]:
+    """The bands of pyiqa's SteerablePyramidSpace(height 4, order 5) that its vif reads, keyed by vif's
+    subband numbers (1-based positions in pyiqa's reversed list [low-pass, level 4 orientations 5…0, …,
+    level 1 orientations 5…0, hi0]), float32 as pyiqa's.
+
+    Subband s is level 1 + (25 − s) // 6, orientation (25 − s) % 6: vif's 4, 7, …, 25 are orientations 3 and
+    0 of each level, so only those are filtered (pyiqa filters all 26 bands and reads 8)."""
+    f = _sp5_filters()
+    wanted = {(1 + (25 - s) // 6, (25 - s) % 6): s for s in _VIF_SUBBANDS}
+    out = {}
+    lo = _corr_reflect(img, f["lo0filt"])
+    for level in range(1, 5):
+        for b in range(6):
+            if (level, b) in wanted:
+                out[wanted[(level, b)]] = _corr_reflect(lo, f["bfilts"][:, b].reshape(7, 7).T)
+        if level < 4:
+            lo = _corr_reflect(lo, f["lofilt"], step=2)
+    return out
+
+
+_VIF_SUBBANDS, _VIF_M, _VIF_SIGMA_NSQ, _VIF_TOL = (4, 7, 10, 13, 16, 19, 22, 25), 3, 0.4, 1e-12
+
+
+def _vif_channel(ref: np.ndarray, dist: np.ndarray, winsize: int) -> tuple[np.ndarray, np.ndarray]:
+    """pyiqa VIF.vifsub_est_M for one subband: the gain g and noise variance vv of the distortion channel,
+    on the M×M grid (window sums sampled from row/column 1 every M)."""
+    m = _VIF_M
+    sel = (slice(1, ref.shape[0] - 1, m), slice(1, ref.shape[1] - 1, m))
+    n = winsize * winsize
+
+    def window_sum(img: np.ndarray) -> np.ndarray:  # pyiqa's correlation with ones(winsize²), reflect-padded:
+        # a box filter (running sums, O(1) per pixel instead of 289 taps for the finest bands' 17×17 window)
+        return cv2.boxFilter(img, -1, (winsize, winsize), normalize=False, borderType=cv2.BORDER_REFLECT_101)[sel]
+
+    w_mean = float(F32(1.0 / n))  # pyiqa's mean window: ones / n rounded to float32
+    mean_x, mean_y = window_sum(ref) * w_mean, window_sum(dist) * w_mean
+    cov_xy = window_sum(ref * dist) - n * mean_x * mean_y
+    ss_x = np.maximum(window_sum(ref * ref) - n * mean_x * mean_x, 0)
+    ss_y = np.maximum(window_sum(dist * dist) - n * mean_y * mean_y, 0)
+    g = cov_xy / (ss_x + _VIF_TOL)
+    vv = (ss_y - g * cov_xy) / n
+    flat_x, flat_y = ss_x < _VIF_TOL, ss_y < _VIF_TOL
+    g[flat_x] = 0  # the masking order is pyiqa's
+    vv[flat_x] = ss_y[flat_x]
+    g[flat_y] = 0
+    vv[flat_y] = 0
+    vv[g < 0] = ss_y[g < 0]
+    g = np.maximum(g, 0)
+    vv[vv < _VIF_TOL] = _VIF_TOL
+    return g, vv
+
+
+def _vif_reference(y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """pyiqa VIF.refparams_vecgsm for one subband: (ss, eigenvalues of the 3×3-neighbourhood covariance)."""
+    m = _VIF_M
+    h, w = y.shape
+    # Neighbourhood vectors, one row per offset: column offset j outer, row offset k inner, as pyiqa stacks them.
+    nb = np.empty((m * m, (h - m + 1) * (w - m + 1)))
+    for r, (j, k) in enumerate((j, k) for j in range(m) for k in range(m)):
+        nb[r] = y[k:h - (m - k) + 1, j:w - (m - j) + 1].reshape(-1)
+    nb -= nb.mean(axis=1, keepdims=True)
+    cu = (nb @ nb.T) / nb.shape[1]
+    grid = np.stack([y[k:h + 1:m, j:w + 1:m].reshape(-1) for j in range(m) for k in range(m)], axis=0)
+    ss = ((np.linalg.pinv(cu, rcond=1e-15) @ grid) * grid).sum(axis=0) / (m * m)  # torch.pinverse's cut-off
+    return ss.reshape(h // m, w // m), np.linalg.eigvalsh(cu, UPLO="U")
+
+
+def vif(x: np.ndarray, ref: np.ndarray) -> float:
+    """pyiqa `vif` (Y of YIQ ×255 rounded, sp5 steerable pyramid, 8 subbands, GSM reference model), in float64.
+
+    pyiqa runs it in float32, where its window sums (Σy² − n·mean², over up to 17×17 windows) and the
+    pseudo-inverse of each near-singular 9×9 neighbourhood covariance carry rounding error: its float32 scores
+    differ from the same code run in float64 by 1.5e-5–1.1e-3 relative (measured on the test images). Reproducing
+    that noise would mean torch's own summation and LAPACK order, so the statistics here are pyiqa's formula in
+    float64 on pyiqa's float32 pyramid bands: equal to pyiqa's code run that way to ~1e-10, and within pyiqa's
+    float32 noise of its score (tests/test_kernels.py)."""
+    _same_shape(x, ref)
+    bands_x, bands_r = _vif_subbands(y255(x)), _vif_subbands(y255(ref))  # float32, as pyiqa's pyramid
+    num = den = 0.0
+    for sub in _VIF_SUBBANDS:
+        level = math.ceil((sub - 2) / 6)  # pyiqa: ceil((index − 1) / 6) of the 0-based index sub − 1
+        winsize = 2 ** level + 1
+        r, d = bands_r[sub].astype(np.float64), bands_x[sub].astype(np.float64)
+        h, w = r.shape[0] // _VIF_M * _VIF_M, r.shape[1] // _VIF_M * _VIF_M
+        r, d = r[:h, :w], d[:h, :w]
+        g, vv = _vif_channel(r, d, winsize)
+        ss, eig = _vif_reference(r)
+        o = math.ceil((winsize - 1) / 2 / _VIF_M)
+        crop = (slice(o, g.shape[0] - o), slice(o, g.shape[1] - o))
+        g, vv, ss = g[crop], vv[crop], ss[crop]
+        cc = eig[:, None, None]
+        num += float(np.log2(1 + g * g * ss * cc / (vv + _VIF_SIGMA_NSQ)).sum())
+        den += float(np.log2(1 + ss * cc / _VIF_SIGMA_NSQ).sum())
+    return num / (den + 1e-12)
+
+
+NUMPY_FR_TOOLS = {"nlpd": lambda: nlpd, "gmsd": lambda: gmsd, "psnr": lambda: psnr, "fsim": lambda: fsim, "vif": lambda: vif}

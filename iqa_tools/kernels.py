@@ -9,8 +9,8 @@ pooling between MS-SSIM scales, the weights — is pyiqa's code or a line-by-lin
 pyiqa's to ~1e-7 relative (pyiqa rounds its 2-D window to float32; the 1-D passes use float64 weights).
 tests/test_kernels.py compares them; benchmarks/tools_bench.py --vs-raw times them.
 
-The NR tools BRISQUE, NIQE and PIQE (iqa_tools.nss) and the FR tools NLPD, GMSD, PSNR and FSIM
-(iqa_tools.frmetrics) have torch-free kernels: NumPy/SciPy/OpenCV on the decoded pixels, so an assessment
+The NR tools BRISQUE, NIQE and PIQE (iqa_tools.nss) and the FR tools NLPD, GMSD, PSNR, FSIM
+and VIF (iqa_tools.frmetrics) have torch-free kernels: NumPy/SciPy/OpenCV on the decoded pixels, so an assessment
 that runs only those never imports torch or pyiqa (~3 s of a cold call).
 
 A kernel replaces a metric only with pyiqa's default options (no `metric_kwargs`) on the CPU.
@@ -132,7 +132,7 @@ class NumpyKernel:
 
 
 NUMPY_NR_METRICS = ("brisque", "niqe", "piqe")  # iqa_tools.nss
-NUMPY_FR_METRICS = ("nlpd", "gmsd", "psnr", "fsim")  # iqa_tools.frmetrics
+NUMPY_FR_METRICS = ("nlpd", "gmsd", "psnr", "fsim", "vif")  # iqa_tools.frmetrics
 NUMPY_METRICS = NUMPY_NR_METRICS + NUMPY_FR_METRICS
 
 

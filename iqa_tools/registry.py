@@ -7,7 +7,7 @@
 Each pyiqa metric is created lazily, once per (tool, device), and reused; a per-metric lock serializes
 its use, so one registry can be shared by threads. Importing this module does not import torch or pyiqa,
 and running only tools with a torch-free kernel on the CPU (BRISQUE, NIQE, PIQE, NLPD, GMSD, PSNR,
-FSIM: iqa_tools.kernels) never does.
+FSIM, VIF: iqa_tools.kernels) never does.
 """
 from __future__ import annotations
 
