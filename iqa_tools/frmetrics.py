@@ -1,7 +1,8 @@
 """pyiqa's full-reference `nlpd`, `gmsd`, `psnr`, `fsim` and `vif` (default options) in NumPy/OpenCV, no torch.
 
-The offline FR path and users' FR picks run these weight-free metrics; through pyiqa each cold call first
-imports torch and pyiqa (~3 s), and pyiqa's formulations are 1.1–1.6× slower than the maths needs (issue 14).
+The offline FR path (FSIM and VIF by default) and users' FR picks run these weight-free metrics; through pyiqa a
+cold call first imports torch and pyiqa (~3 s and ~800 MB), and pyiqa's formulations spend more time than the
+maths needs (issue 14; benchmarks/RESULTS.md has the figures).
 A sibling of iqa_tools.nss (the NR statistics) rather than part of it: these compare two images and share
 nothing with the NSS fits but the colour conversion, which they import from there.
 
