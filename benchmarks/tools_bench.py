@@ -117,7 +117,7 @@ def timed(fn) -> tuple[float, float]:
 _CHILD = r"""
 import json, resource, sys, time
 side, tool, threads, pairs = sys.argv[1], sys.argv[2], int(sys.argv[3]), json.loads(sys.argv[4])
-if side == "ours":
+if side in ("ours", "before"):  # "before": the same registry code of another source tree (PYTHONPATH)
     import cv2
     from iqa_tools import ToolRegistry, backend
     cv2.setNumThreads(threads)  # the torch-free kernels filter with OpenCV: the same thread budget as torch
@@ -151,23 +151,27 @@ for line in sys.stdin:
 """
 
 
-def vs_raw_processes(tools: list[str], pairs: list[tuple[Path, Path]], repeats: int, threads: int) -> dict:
+def vs_raw_processes(tools: list[str], pairs: list[tuple[Path, Path]], repeats: int, threads: int,
+                     before: Path | None = None) -> dict:
     """Per tool: our registry (warm, cache off) vs `pyiqa.create_metric` reused, each in a fresh process of
-    its own with `threads` torch threads; per image the fastest of `repeats` passes; scores compared."""
+    its own with `threads` torch threads; per image the fastest of `repeats` passes; scores compared.
+    `before`: another source tree (e.g. an export of main) whose registry runs as a third side, alternated
+    with the other two, so that before and after are measured side by side under the same load."""
     payload = json.dumps([[str(i), str(r)] for i, r in pairs])
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     env.pop("AGENTIC_IQA_MALLOC_TUNING", None)
+    trees = {"raw": ROOT, "ours": ROOT, **({"before": before} if before else {})}
     out = {}
     for tool in tools:
-        kids = {side: subprocess.Popen([sys.executable, "-c", _CHILD, side, tool, str(threads), payload], cwd=ROOT, env=env,
-                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-                for side in ("raw", "ours")}
+        kids = {side: subprocess.Popen([sys.executable, "-c", _CHILD, side, tool, str(threads), payload], cwd=tree,
+                                       env=dict(env, PYTHONPATH=str(tree)), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                for side, tree in trees.items()}
         for kid in kids.values():
             assert kid.stdout.readline().strip() == "ready"
         best = {side: [math.inf] * len(pairs) for side in kids}
         scores, rss, loads, torch_loaded = {}, {}, [], {}
         for rep in range(repeats):
-            for side in (("raw", "ours") if rep % 2 == 0 else ("ours", "raw")):
+            for side in (list(kids) if rep % 2 == 0 else list(kids)[::-1]):
                 kids[side].stdin.write("go\n")
                 kids[side].stdin.flush()
                 doc = json.loads(kids[side].stdout.readline())
@@ -187,6 +191,14 @@ def vs_raw_processes(tools: list[str], pairs: list[tuple[Path, Path]], repeats: 
         print(f"{tool:10s} raw pyiqa {r['raw_ms']:8.1f} ms/img  ours {r['ours_ms']:8.1f} ms/img  = {r['speedup']:5.2f}×  "
               f"max rel diff {rel:.1e} (abs {absdiff:.1e})  peak RSS raw {rss['raw']:.0f} MB / ours {rss['ours']:.0f} MB"
               f"{'' if torch_loaded['ours'] else ' (no torch)'}  load {r['load']:.1f}", flush=True)
+        if before:
+            before_s = sum(best["before"])
+            before_rel = max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(scores["before"], scores["raw"]))
+            r.update(before_ms=before_s / len(pairs) * 1e3, before_speedup=raw_s / before_s, after_vs_before=before_s / ours_s,
+                     before_rss_mb=rss["before"], before_loads_torch=torch_loaded["before"], before_max_rel_diff=before_rel)
+            print(f"{'':10s} before    {r['before_ms']:8.1f} ms/img  = {r['before_speedup']:5.2f}× raw; after is "
+                  f"{r['after_vs_before']:5.2f}× before  (before max rel diff {before_rel:.1e}, RSS {rss['before']:.0f} MB"
+                  f"{'' if torch_loaded['before'] else ', no torch'})", flush=True)
     total_raw = sum(v["raw_ms"] for v in out.values())
     total_ours = sum(v["ours_ms"] for v in out.values())
     print(f"all {len(out)} tools: raw {total_raw:.0f} ms / ours {total_ours:.0f} ms per image set = {total_raw / total_ours:.2f}×; "
@@ -205,6 +217,8 @@ def main() -> None:
     ap.add_argument("--json", type=Path, help="also write the numbers here")
     ap.add_argument("--vs-raw", action="store_true",
                     help="issue 14: only our tools vs raw pyiqa, each side in its own process (--threads, default 1)")
+    ap.add_argument("--before", type=Path, default=None,
+                    help="with --vs-raw: another source tree (e.g. an export of main) run as a third side, for before/after")
     args = ap.parse_args()
     if args.vs_raw:
         work = Path(tempfile.mkdtemp(prefix="tools-bench-"))
@@ -216,7 +230,7 @@ def main() -> None:
             s.name for s in probe.table.tools.values() if not s.needs_weights and probe.availability(s.name)[0]]
         print(f"{args.images} images {W}x{H}, {args.repeats} alternating passes, torch threads {args.threads or 1}; "
               f"load {os.getloadavg()[0]:.1f} (2 cores)", flush=True)
-        res = vs_raw_processes(tools, pairs, args.repeats, args.threads or 1)
+        res = vs_raw_processes(tools, pairs, args.repeats, args.threads or 1, args.before)
         if args.json:
             args.json.write_text(json.dumps(res, indent=2))
         return

@@ -9,8 +9,9 @@ pooling between MS-SSIM scales, the weights — is pyiqa's code or a line-by-lin
 pyiqa's to ~1e-7 relative (pyiqa rounds its 2-D window to float32; the 1-D passes use float64 weights).
 tests/test_kernels.py compares them; benchmarks/tools_bench.py --vs-raw times them.
 
-The NR tools BRISQUE, NIQE and PIQE have torch-free kernels (iqa_tools.nss): NumPy/SciPy/OpenCV on the
-decoded pixels, so an assessment that runs only those never imports torch or pyiqa (~3 s of a cold call).
+The NR tools BRISQUE, NIQE and PIQE (iqa_tools.nss) and the FR tools NLPD, GMSD, PSNR, FSIM
+and VIF (iqa_tools.frmetrics) have torch-free kernels: NumPy/SciPy/OpenCV on the decoded pixels, so an assessment
+that runs only those never imports torch or pyiqa (~3 s of a cold call).
 
 A kernel replaces a metric only with pyiqa's default options (no `metric_kwargs`) on the CPU.
 """
@@ -108,20 +109,31 @@ KERNELS: dict[str, Callable[[], Any]] = {"ssim": SSIM, "ms_ssim": MS_SSIM}
 
 
 class NumpyKernel:
-    """A torch-free kernel: called with one H×W×3 pixel array (uint8, or float32 in [0, 1]), returns the score."""
+    """A torch-free kernel: called with one H×W×3 pixel array (uint8, or float32 in [0, 1]) — and, for a
+    full-reference metric, the reference's pixels of the same shape — returns the score."""
 
     def __init__(self, metric: str, model_path: Optional[str] = None):
-        from iqa_tools import nss
+        from iqa_tools import frmetrics, nss
 
+        # Without torch, nothing else raises glibc's mmap threshold: FSIM's few-MB FFT buffers were then mapped
+        # and zeroed afresh per call (40 → 23 ms per 512×384 pair once reused; backend.tune_malloc).
+        backend.tune_malloc()
         self.metric = metric
-        make = nss.NUMPY_TOOLS[metric]
+        self.full_reference = metric in frmetrics.NUMPY_FR_TOOLS
+        make = frmetrics.NUMPY_FR_TOOLS[metric] if self.full_reference else nss.NUMPY_TOOLS[metric]
         self._score = make(Path(model_path)) if model_path else make()
 
-    def __call__(self, pixels: Any) -> float:
+    def __call__(self, pixels: Any, reference: Any = None) -> float:
+        if self.full_reference:
+            if reference is None:
+                raise ValueError(f"{self.metric} is a full-reference metric: it needs the reference's pixels")
+            return self._score(pixels, reference)
         return self._score(pixels)
 
 
-NUMPY_METRICS = ("brisque", "niqe", "piqe")
+NUMPY_NR_METRICS = ("brisque", "niqe", "piqe")  # iqa_tools.nss
+NUMPY_FR_METRICS = ("nlpd", "gmsd", "psnr", "fsim", "vif")  # iqa_tools.frmetrics
+NUMPY_METRICS = NUMPY_NR_METRICS + NUMPY_FR_METRICS
 
 
 def numpy_kernel_applies(metric: str, metric_kwargs: dict) -> bool:

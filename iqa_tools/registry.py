@@ -6,7 +6,8 @@
                                                                # tool failures: logs them and falls back
 Each pyiqa metric is created lazily, once per (tool, device), and reused; a per-metric lock serializes
 its use, so one registry can be shared by threads. Importing this module does not import torch or pyiqa,
-and running only tools with a torch-free kernel on the CPU (BRISQUE, NIQE, PIQE: iqa_tools.kernels) never does.
+and running only tools with a torch-free kernel on the CPU (BRISQUE, NIQE, PIQE, NLPD, GMSD, PSNR,
+FSIM, VIF: iqa_tools.kernels) never does.
 """
 from __future__ import annotations
 
@@ -313,10 +314,10 @@ class ToolRegistry:
 
     @staticmethod
     def _forward(metric: Any, lock: threading.Lock, spec: ToolSpec, x: Any, ref: Any) -> list[float]:
-        """Raw scores of a batch: tensors for pyiqa metrics, a list of LoadedImages for a NumpyKernel."""
+        """Raw scores of a batch: tensors for pyiqa metrics, lists of LoadedImages (and references) for a NumpyKernel."""
         if isinstance(metric, kernels.NumpyKernel):
             with lock:
-                return [float(metric(img.pixels)) for img in x]
+                return [float(metric(img.pixels, None if r is None else r.pixels)) for img, r in zip(x, ref or [None] * len(x))]
         torch = backend.torch()
         with lock, torch.inference_mode():  # no autograd bookkeeping at all (pyiqa only turns grad off)
             out = metric(x, ref) if spec.mode == "FR" else metric(x)
@@ -329,7 +330,7 @@ class ToolRegistry:
         """What `_forward` passes on: the images themselves for a NumpyKernel (it reads their pixels, so no
         tensor and no torch), else batched tensors."""
         if isinstance(metric, kernels.NumpyKernel):
-            return imgs, None
+            return imgs, refs
         torch = backend.torch()
         x = imgs[0].tensor if len(imgs) == 1 else torch.cat([im.tensor for im in imgs])
         r = None if refs is None else (refs[0].tensor if len(refs) == 1 else torch.cat([im.tensor for im in refs]))

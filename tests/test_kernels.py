@@ -264,3 +264,136 @@ def test_unreadable_niqe_model_is_a_clear_tool_error(tmp_path):
     reg = ToolRegistry(table_paths=[table], cache=False, offline=True, device="cpu")
     with pytest.raises(ToolRunError, match="not a NIQE parameter file"):
         reg.score("NIQE", NR_IMAGES["512x384"])
+
+
+# ── torch-free FR kernels (iqa_tools.frmetrics): NLPD, GMSD, PSNR, FSIM, VIF ───────────────────
+
+FR_METRICS = ("nlpd", "gmsd", "psnr", "fsim", "vif")
+
+
+def _distort(ref: np.ndarray, seed: int) -> np.ndarray:
+    """Blur plus noise, in the input's own dtype (float input stays float in [0, 1])."""
+    rng = np.random.default_rng(seed)
+    if ref.dtype != np.uint8:
+        return np.clip(ref + rng.normal(0, 0.02, ref.shape), 0, 1).astype(np.float32)
+    blurred = np.asarray(Image.fromarray(ref).filter(ImageFilter.GaussianBlur(1.2))).astype(np.float32)
+    return np.clip(blurred + rng.normal(0, 5, ref.shape), 0, 255).astype(np.uint8)
+
+
+FR_PAIRS = {name: (_distort(px, i), px) for i, (name, px) in enumerate(NR_IMAGES.items())}
+
+
+@pytest.fixture(scope="module")
+def pyiqa_fr():
+    torch, pyiqa = backend.torch(), backend.pyiqa()
+    return {m: pyiqa.create_metric(m, device=torch.device("cpu")) for m in FR_METRICS}
+
+
+@pytest.mark.parametrize("metric", FR_METRICS)
+@pytest.mark.parametrize("pair", list(FR_PAIRS))
+def test_numpy_fr_kernels_equal_pyiqa(pyiqa_fr, metric, pair):
+    torch = backend.torch()
+    x, ref = FR_PAIRS[pair]
+    with torch.inference_mode():
+        expected = float(pyiqa_fr[metric](_pyiqa_tensor(x), _pyiqa_tensor(ref)).reshape(-1)[0])
+    kernel = kernels.numpy_kernel_for(metric, {}, "cpu")
+    got = kernel(x, ref)
+    # measured ≤ 1.8e-7; VIF: pyiqa's own float32 rounding noise (≤ 1.1e-3, see test_numpy_vif_is_pyiqas_formula)
+    assert got == pytest.approx(expected, rel=2e-3 if metric == "vif" else 1e-5), (metric, pair, got, expected)
+    same = kernel(ref, ref)  # identical images: the metric's perfect score, as pyiqa's
+    assert same == pytest.approx({"psnr": 80.0, "nlpd": 0.0, "gmsd": 0.0, "fsim": 1.0, "vif": 1.0}[metric], abs=1e-6)
+    assert (got < same) if metric in ("psnr", "fsim", "vif") else (got > same)
+
+
+@pytest.mark.parametrize("pair", list(FR_PAIRS))
+def test_numpy_vif_is_pyiqas_formula(monkeypatch, pyiqa_fr, pair):
+    """pyiqa's own VIF code run in float64 (its filters and Y channel rounded to float32 as in float32 runs)
+    equals ours to 1e-6 (measured ≤ 1.9e-7); pyiqa's float32 score is 1.5e-5–1.1e-3 from it on these pairs: its
+    rounding noise (iqa_tools.frmetrics.vif), which no other summation order reproduces."""
+    import types
+
+    torch = backend.torch()
+    from pyiqa.archs import vif_arch
+
+    F = torch.nn.functional
+    monkeypatch.setattr(vif_arch, "F", types.SimpleNamespace(pad=F.pad, relu=F.relu,
+                                                             conv2d=lambda x, w, **kw: F.conv2d(x, w.to(x.dtype), **kw)))
+    to_y = vif_arch.to_y_channel
+    monkeypatch.setattr(vif_arch, "to_y_channel", lambda img, r: to_y(img.float(), r).to(img.dtype))
+    x, ref = FR_PAIRS[pair]
+    with torch.inference_mode():
+        in_f64 = float(vif_arch.VIF().vif(_pyiqa_tensor(x).double(), _pyiqa_tensor(ref).double()))
+        in_f32 = float(pyiqa_fr["vif"](_pyiqa_tensor(x), _pyiqa_tensor(ref)).reshape(-1)[0])
+    got = kernels.numpy_kernel_for("vif", {}, "cpu")(x, ref)
+    assert got == pytest.approx(in_f64, rel=1e-6), (pair, got, in_f64)
+    assert got == pytest.approx(in_f32, rel=2e-3), (pair, got, in_f32)  # a real comparison, not a constant
+
+
+def test_numpy_fr_kernels_refuse_bad_input():
+    x, ref = FR_PAIRS["512x384"]
+    kernel = kernels.numpy_kernel_for("nlpd", {}, "cpu")
+    with pytest.raises(ValueError, match="same shape"):
+        kernel(x, ref[:-1])
+    with pytest.raises(ValueError, match="needs the reference"):
+        kernel(x)
+    assert kernels.numpy_kernel_for("psnr", {"test_y_channel": True}, "cpu") is None
+    assert kernels.numpy_kernel_for("gmsd", {}, "cuda") is None
+
+
+def test_registry_fr_scores_equal_pyiqa_path(tmp_path, pyiqa_fr):
+    """NLPD, GMSD, PSNR, FSIM, VIF through the registry (files decoded, score_many batching references) against pyiqa."""
+    torch = backend.torch()
+    x, ref = FR_PAIRS["noisy 600x400"]
+    xp, rp = tmp_path / "x.png", tmp_path / "r.png"
+    Image.fromarray(x).save(xp)
+    Image.fromarray(ref).save(rp)
+    reg = ToolRegistry(cache=False, offline=True, device="cpu")
+    for tool, metric in (("NLPD", "nlpd"), ("GMSD", "gmsd"), ("PSNR", "psnr"), ("FSIM", "fsim"), ("VIF", "vif")):
+        s = reg.score(tool, xp, rp)
+        assert isinstance(reg._metrics[(tool, "cpu")], kernels.NumpyKernel)
+        many = reg.score_many(tool, [xp, rp], [rp, rp])
+        assert many[0].raw_score == s.raw_score and many[1].raw_score == pytest.approx({"PSNR": 80.0, "FSIM": 1.0, "VIF": 1.0}.get(tool, 0.0), abs=1e-6)
+        with torch.inference_mode():
+            expected = float(pyiqa_fr[metric](str(xp), str(rp)).reshape(-1)[0])
+        assert s.raw_score == pytest.approx(expected, rel=2e-3 if tool == "VIF" else 1e-5), (tool, s.raw_score, expected)
+
+
+NO_TORCH_FR = r"""
+import json, sys
+from iqa_tools import ToolRegistry, kernels
+
+# The offline analyst picks the first available FR tools of the table; keep only those with a kernel, so that
+# the whole assessment (reference decoding, analyst, fusion) runs on them alone.
+orig = ToolRegistry.available_tools
+ToolRegistry.available_tools = lambda self, mode=None: [s for s in orig(self, mode) if s.mode != "FR" or kernels.numpy_kernel_applies(s.metric, s.metric_kwargs)]
+from agentic_iqa.api import create_assessor
+r = create_assessor(offline=True, device="cpu").assess(sys.argv[1], reference=sys.argv[2], use_cache=False)
+logs = [(lg.tool_name, lg.raw_score, lg.working_size) for lg in r.evidence.tool_logs]
+direct = {t: ToolRegistry(cache=False, offline=True, device="cpu").score(t, sys.argv[1], sys.argv[2]).raw_score for t in ("NLPD", "GMSD", "PSNR", "FSIM", "VIF")}
+print(json.dumps({"logs": logs, "direct": direct, "loaded": sorted(m for m in ("torch", "pyiqa", "torchvision") if m in sys.modules)}))
+"""
+
+
+def test_offline_fr_assessment_with_kernel_tools_never_imports_torch(tmp_path):
+    """A cold offline FR assessment whose tools all have torch-free kernels loads neither torch nor pyiqa."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    x, ref = FR_PAIRS["512x384"]
+    xp, rp = tmp_path / "x.png", tmp_path / "r.png"
+    Image.fromarray(x).save(xp)
+    Image.fromarray(ref).save(rp)
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-c", NO_TORCH_FR, str(xp), str(rp)], capture_output=True, text=True,
+                         env=env, cwd=tmp_path, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    fr_logs = [(name, raw) for name, raw, _ in result["logs"] if name in ("NLPD", "GMSD", "PSNR", "FSIM", "VIF")]
+    assert fr_logs and all(raw is not None for _, raw in fr_logs), result
+    assert all(raw is not None and size == [512, 384] for _, raw, size in result["logs"])
+    assert set(result["direct"]) == {"NLPD", "GMSD", "PSNR", "FSIM", "VIF"} and all(v > 0 for v in result["direct"].values())
+    assert result["loaded"] == []
