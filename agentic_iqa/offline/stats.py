@@ -136,6 +136,27 @@ def fine_band_concentration(y: np.ndarray) -> float:
     return float(flat[int(0.95 * len(flat)):].sum() / total)
 
 
+def focus_fine_concentration(y: np.ndarray, block: int = 32, top: float = 0.2) -> float:
+    """``fine_band_concentration`` inside the in-focus region only: the ``top`` share of ``block``-pixel
+    tiles with the most fine + middle band energy. A shallow depth of field puts all of a photo's fine
+    detail on its subject, so the global concentration reads like wavelet smearing; within the sharp
+    subject a clean photo's fine detail is spread, a smeared one's stays on the strongest edges."""
+    g1 = _blur(y, 1.0)
+    fine = (y - g1) ** 2
+    h, w = (y.shape[0] // block) * block, (y.shape[1] // block) * block
+    if h == 0 or w == 0:
+        return fine_band_concentration(y)
+    tiles = lambda a: a[:h, :w].reshape(h // block, block, w // block, block).swapaxes(1, 2).reshape(-1, block * block)  # noqa: E731
+    fine_t = tiles(fine)
+    detail = fine_t.mean(axis=1) + tiles((g1 - _blur(y, 2.0)) ** 2).mean(axis=1)
+    keep = detail >= np.quantile(detail, 1 - top)
+    e = np.sort(fine_t[keep].ravel())
+    total = e.sum()
+    if total <= 0:
+        return 1.0
+    return float(e[int(0.95 * len(e)):].sum() / total)
+
+
 # ------------------------------------------------------------------------------------ noise
 
 _IMMERKAER = np.array([[1, -2, 1], [-2, 4, -2], [1, -2, 1]], dtype=np.float32)
@@ -245,6 +266,19 @@ def distinct_colors(x: np.ndarray) -> int:
     return int(np.unique(packed).size)
 
 
+def hard_saturation_clip(xmax: np.ndarray, xmin: np.ndarray) -> tuple[float, float]:
+    """Saturated pixels (HSV saturation > 0.9, not dark) whose weakest channel is exactly 0 in 8 bits:
+    (their share of all pixels, their share of the saturated pixels). Boosting saturation pushes every
+    strong colour out of gamut, so its saturated regions are clipped throughout; a naturally vivid
+    flower keeps a little of its weakest channel, so most of its saturated pixels are not hard-clipped.
+    The second share is shrunk towards 0 (0.2 % of the image added to the count) when few pixels are
+    saturated at all."""
+    sat = (xmax > 0.15) & (xmax - xmin > 0.9 * xmax)
+    hard = sat & (xmin < 0.5 / 255)
+    n_hard = float(np.count_nonzero(hard))
+    return n_hard / hard.size, n_hard / (float(np.count_nonzero(sat)) + 0.002 * hard.size)
+
+
 # ------------------------------------------------------------------------------------ sharpening
 
 def halo_overshoot(y: np.ndarray) -> float:
@@ -287,6 +321,7 @@ def measure(image: ImageLike) -> dict[str, float]:
     chroma = xmax - xmin
     smooth_chroma = _smooth_chroma(x) * 255
     cb, cr = _chroma_planes(x, y)
+    hard_clip, hard_clip_share = hard_saturation_clip(xmax, xmin)
     local_std = np.sqrt(np.maximum(_blur(y * y, 3.0) - _blur(y, 3.0) ** 2, 0)) * 255
     return {
         # blur / detail
@@ -296,6 +331,7 @@ def measure(image: ImageLike) -> dict[str, float]:
         "mid_to_coarse": float(np.log10((m + 1e-9) / (c + 1e-9))),
         "edge_sharp": edge_sharpness(y),
         "fine_conc": fine_band_concentration(y),
+        "fine_conc_focus": focus_fine_concentration(y),
         # noise
         "noise_flat": float(np.percentile(block_sigmas, 10)),
         "impulse": impulse_fraction(x),
@@ -322,6 +358,7 @@ def measure(image: ImageLike) -> dict[str, float]:
         "chroma_smooth_mean": float(smooth_chroma.mean()),
         # Strong colours pushed out of gamut: a channel clipped at 0 or 255 while chroma is high.
         "gamut_clip": float(np.mean(((xmax > 0.995) | (xmin < 0.005)) & (chroma > 0.4))),
+        "hard_clip": hard_clip, "hard_clip_share": hard_clip_share,
         "occupancy": level_occupancy(x),
         "colors": float(distinct_colors(x)),
         # sharpening
