@@ -58,7 +58,6 @@ FEATURES: dict[str, Callable[[dict], float]] = {
     "mid_to_coarse": lambda s: s["mid_to_coarse"],
     "edge_sharp": lambda s: s["edge_sharp"],
     "fine_conc": lambda s: s["fine_conc"],
-    "fine_conc_focus": lambda s: s["fine_conc_focus"],
     "log_lap_var": _log("lap_var", 1.0),
     "log_blockiness": lambda s: math.log10(max(s["blockiness"], 1e-3)),
     "log_jpeg_grid": lambda s: math.log10(max(s["jpeg_grid"], 1e-3)),
@@ -141,7 +140,7 @@ DETECTORS: tuple[Detector, ...] = (
              fr=("fr_log_jpeg_grid_gain", "fr_log_block_gain", "-fr_grid_gain"),
              primary="jpeg_grid", primary_fr="fr_jpeg_grid_gain"),
     Detector("j2k", "Compression", "wavelet-compression smearing", ("jpeg2000",),
-             nr=("reblur", "fine_conc_focus", "-edge_sharp", "-log_noise_flat"),
+             nr=("reblur", "fine_conc", "-edge_sharp", "-log_noise_flat"),
              fr=("fr_conc_gain", "-fr_fine_gain", "-fr_blur_explained"),
              primary="fine_conc", primary_fr="fr_conc_gain"),
     # One noise detector per kind of noise, on the same measures: a single one had to map four level

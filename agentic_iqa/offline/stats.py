@@ -136,27 +136,6 @@ def fine_band_concentration(y: np.ndarray) -> float:
     return float(flat[int(0.95 * len(flat)):].sum() / total)
 
 
-def focus_fine_concentration(y: np.ndarray, block: int = 32, top: float = 0.2) -> float:
-    """``fine_band_concentration`` inside the in-focus region only: the ``top`` share of ``block``-pixel
-    tiles with the most fine + middle band energy. A shallow depth of field puts all of a photo's fine
-    detail on its subject, so the global concentration reads like wavelet smearing; within the sharp
-    subject a clean photo's fine detail is spread, a smeared one's stays on the strongest edges."""
-    g1 = _blur(y, 1.0)
-    fine = (y - g1) ** 2
-    h, w = (y.shape[0] // block) * block, (y.shape[1] // block) * block
-    if h == 0 or w == 0:
-        return fine_band_concentration(y)
-    tiles = lambda a: a[:h, :w].reshape(h // block, block, w // block, block).swapaxes(1, 2).reshape(-1, block * block)  # noqa: E731
-    fine_t = tiles(fine)
-    detail = fine_t.mean(axis=1) + tiles((g1 - _blur(y, 2.0)) ** 2).mean(axis=1)
-    keep = detail >= np.quantile(detail, 1 - top)
-    e = np.sort(fine_t[keep].ravel())
-    total = e.sum()
-    if total <= 0:
-        return 1.0
-    return float(e[int(0.95 * len(e)):].sum() / total)
-
-
 # ------------------------------------------------------------------------------------ noise
 
 _IMMERKAER = np.array([[1, -2, 1], [-2, 4, -2], [1, -2, 1]], dtype=np.float32)
@@ -331,7 +310,6 @@ def measure(image: ImageLike) -> dict[str, float]:
         "mid_to_coarse": float(np.log10((m + 1e-9) / (c + 1e-9))),
         "edge_sharp": edge_sharpness(y),
         "fine_conc": fine_band_concentration(y),
-        "fine_conc_focus": focus_fine_concentration(y),
         # noise
         "noise_flat": float(np.percentile(block_sigmas, 10)),
         "impulse": impulse_fraction(x),
