@@ -1,6 +1,7 @@
 """Clean photos that are not distortions by themselves: low-key and dark scenes, shallow depth of field,
-large smooth sky, fog or backdrop (issue 10: a dark forest was "severe under-exposure", a bokeh photo
-"severe wavelet-compression smearing", a smooth sky "pixelation"). The images ship in tests/data/clean_photos
+large smooth sky, fog or backdrop, naturally saturated flowers (issue 10: a dark forest was "severe
+under-exposure", a bokeh photo "severe wavelet-compression smearing", a smooth sky "pixelation", vivid
+flowers "over-saturation"). The images ship in tests/data/clean_photos
 (downscaled copies of Debian-packaged photos; licences in its LICENSES.md). They belong to the fitting
 corpus, so this guards the shipped fit against regressions; the held-out figures are in RESULTS.md."""
 from __future__ import annotations
@@ -17,7 +18,7 @@ PHOTOS = sorted(DATA.glob("*.jpg"))
 
 
 def test_the_labelled_set_is_present_with_its_licences():
-    assert len(PHOTOS) == 10, f"tests/data/clean_photos is incomplete: {[p.name for p in PHOTOS]}"
+    assert len(PHOTOS) == 12, f"tests/data/clean_photos is incomplete: {[p.name for p in PHOTOS]}"
     licences = (DATA / "LICENSES.md").read_text()
     assert all(p.name in licences for p in PHOTOS)
 
@@ -33,3 +34,20 @@ def test_a_clean_photo_is_not_called_damaged(path):
 def test_clean_photos_score_good_on_average():
     scores = [sv.expected_level(sv.level_distribution(sv.analyze(str(p)))) for p in PHOTOS]
     assert np.mean(scores) >= 4.0, scores
+
+
+VIVID = ["mate__FreshFlower.jpg", "mate__YellowFlower.jpg", "mate__Garden.jpg"]
+
+
+@pytest.mark.parametrize("name", VIVID, ids=lambda n: n[:-4])
+def test_vivid_flowers_are_not_called_oversaturated_but_a_saturation_boost_is(name):
+    from agentic_iqa.bench.synth import distort
+    from agentic_iqa.offline import stats as st
+
+    x = st.as_float_rgb(DATA / name)
+    clean = st.measure(x)
+    boosted = st.measure(distort(x, "color saturation 2", 1, seed=0, key="test"))
+    # Natural vivid colour keeps some of its weakest channel; a boost clips its saturated areas to 0.
+    assert clean["hard_clip_share"] < 0.5 < boosted["hard_clip_share"], (clean["hard_clip_share"], boosted["hard_clip_share"])
+    assert sv.analyze(x)["Color distortions"].severity == "none"
+    assert sv.analyze(distort(x, "color saturation 2", 3, seed=0, key="test"))["Color distortions"].severity != "none"

@@ -240,3 +240,13 @@ def test_category_model_learns_which_detector_to_believe():
     # A model fitted for another set of detectors is not applied (thresholds older than the code).
     stale = {**model, "detectors": dets[:-1]}
     assert sv.category_probabilities({"category_model": {"nr": stale}}, "nr", probe) is None
+
+
+def test_hard_saturation_clip_counts_only_saturated_pixels_clipped_to_zero():
+    x = np.full((40, 40, 3), 0.5, np.float32)  # gray: nothing saturated
+    assert st.hard_saturation_clip(*st.channel_range(x)) == (0.0, 0.0)
+    x[:20] = (0.9, 0.02, 0.01)  # vivid red, weakest channel kept
+    x[20:30] = (0.9, 0.0, 0.3)  # saturated (S > 0.9), blue-green clipped to 0
+    share, of_saturated = st.hard_saturation_clip(*st.channel_range(x))
+    assert share == pytest.approx(0.25)
+    assert of_saturated == pytest.approx(400 / (1200 + 0.002 * 1600))

@@ -81,6 +81,8 @@ FEATURES: dict[str, Callable[[dict], float]] = {
     "flat_frac": lambda s: s["flat_frac"],
     "grid_sparsity": lambda s: s["grid_sparsity"],
     "log_gamut_clip": _log("gamut_clip", 1e-4),
+    "log_hard_clip": _log("hard_clip", 1e-4),
+    "hard_clip_share": lambda s: s["hard_clip_share"],
 }
 FR_KEYS = ("fr_mean_shift", "fr_median_shift", "fr_spread_ratio", "fr_contrast_ratio", "fr_fine_gain",
            "fr_mid_gain", "fr_detail_corr", "fr_blur_sigma", "fr_blur_explained", "fr_noise",
@@ -176,7 +178,7 @@ DETECTORS: tuple[Detector, ...] = (
              nr=("-log_chroma_smooth", "-log_colorfulness"), fr=("-fr_chroma_ratio",),
              primary="colorfulness", primary_fr="fr_chroma_ratio", gate=_monochrome),
     Detector("oversaturated", "Color distortions", "over-saturation", ("color saturation 2",),
-             nr=("log_gamut_clip", "log_chroma_smooth", "log_colorfulness"), fr=("fr_chroma_ratio",),
+             nr=("log_hard_clip", "hard_clip_share", "log_chroma_smooth", "log_colorfulness"), fr=("fr_chroma_ratio",),
              primary="colorfulness", primary_fr="fr_chroma_ratio", gate=_monochrome),
     Detector("quantized", "Color distortions", "colour banding (too few colours)", ("color quantization",),
              nr=("occupancy_gap", "-log_colors"), fr=("-fr_occupancy_ratio", "-fr_colors_ratio"),

@@ -245,6 +245,19 @@ def distinct_colors(x: np.ndarray) -> int:
     return int(np.unique(packed).size)
 
 
+def hard_saturation_clip(xmax: np.ndarray, xmin: np.ndarray) -> tuple[float, float]:
+    """Saturated pixels (HSV saturation > 0.9, not dark) whose weakest channel is exactly 0 in 8 bits:
+    (their share of all pixels, their share of the saturated pixels). Boosting saturation pushes every
+    strong colour out of gamut, so its saturated regions are clipped throughout; a naturally vivid
+    flower keeps a little of its weakest channel, so most of its saturated pixels are not hard-clipped.
+    The second share is shrunk towards 0 (0.2 % of the image added to the count) when few pixels are
+    saturated at all."""
+    sat = (xmax > 0.15) & (xmax - xmin > 0.9 * xmax)
+    hard = sat & (xmin < 0.5 / 255)
+    n_hard = float(np.count_nonzero(hard))
+    return n_hard / hard.size, n_hard / (float(np.count_nonzero(sat)) + 0.002 * hard.size)
+
+
 # ------------------------------------------------------------------------------------ sharpening
 
 def halo_overshoot(y: np.ndarray) -> float:
@@ -287,6 +300,7 @@ def measure(image: ImageLike) -> dict[str, float]:
     chroma = xmax - xmin
     smooth_chroma = _smooth_chroma(x) * 255
     cb, cr = _chroma_planes(x, y)
+    hard_clip, hard_clip_share = hard_saturation_clip(xmax, xmin)
     local_std = np.sqrt(np.maximum(_blur(y * y, 3.0) - _blur(y, 3.0) ** 2, 0)) * 255
     return {
         # blur / detail
@@ -322,6 +336,7 @@ def measure(image: ImageLike) -> dict[str, float]:
         "chroma_smooth_mean": float(smooth_chroma.mean()),
         # Strong colours pushed out of gamut: a channel clipped at 0 or 255 while chroma is high.
         "gamut_clip": float(np.mean(((xmax > 0.995) | (xmin < 0.005)) & (chroma > 0.4))),
+        "hard_clip": hard_clip, "hard_clip_share": hard_clip_share,
         "occupancy": level_occupancy(x),
         "colors": float(distinct_colors(x)),
         # sharpening
