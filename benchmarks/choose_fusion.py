@@ -52,7 +52,10 @@ from agentic_iqa.offline import severity as sv  # noqa: E402
 from signatures.models import DISTORTION_CATEGORIES, OVERALL  # noqa: E402
 
 ETAS = (0.0, 0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 8.0)
-MARGIN = 1e-3  # a change must gain more than this in J on the training images
+# A change must gain more than this in J on the training images. 1e-3 let the FR choice flip between
+# near-equal tools from one analyst version to the next (NLPD by 0.006, then GMSD) while the held-out
+# fold means stayed equal to FSIM/VIF's (0.973 / 0.856 both times): a gain under 0.01 is not evidence.
+MARGIN = 1e-2
 SLOTS = (OVERALL, *DISTORTION_CATEGORIES)
 CHOICE_FILE = analyst.FUSION_CHOICE_FILE
 RECORD = ROOT / "benchmarks/corpus/fusion_choice.json"
