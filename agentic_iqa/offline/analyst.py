@@ -52,11 +52,13 @@ class OfflineRoles:
         """`eta`: one η for both modes instead of the chosen ones (for ablations)."""
         self.eta = eta
 
+    def eta_for(self, mode: str) -> float:
+        return self.eta if self.eta is not None else fusion_choice()[mode]["eta"]
+
     def fuse(self, dist: Sequence[float], scores: Sequence[float], mode: str, prob_note: Optional[str] = None):
         """The spec's fusion of the analyst's level distribution with normalized tool scores, with the η
         chosen for `mode` ("NR" / "FR") unless one was given."""
-        eta = self.eta if self.eta is not None else fusion_choice()[mode]["eta"]
-        return ScoreFusion(eta=eta, prob_mode="analyst").fuse(
+        return ScoreFusion(eta=self.eta_for(mode), prob_mode="analyst").fuse(
             scores, probabilities={str(c): p for c, p in zip(range(1, 6), dist)}, prob_mode="analyst",
             prob_note=prob_note)
 
@@ -122,9 +124,12 @@ class OfflineRoles:
         dist = severity.level_distribution(analyses)
         expected = severity.expected_level(dist)
         scores = unique_tool_scores(evidence)
-        fused = self.fuse(dist, scores, _mode_tools(ctx)[0],
-                          prob_note=f"analyst distribution from measured severities (expected level {expected:.2f})")
-        reasoning = _reasoning(analyses, evidence, fused, expected)
+        mode = _mode_tools(ctx)[0]
+        weighted = self.eta_for(mode) > 0
+        fused = self.fuse(dist, scores, mode,
+                          prob_note=f"analyst distribution from measured severities (expected level {expected:.2f})"
+                          + ("" if weighted else "; tools shown, not weighted (η 0, chosen on held-out photos)"))
+        reasoning = _reasoning(analyses, evidence, fused, expected, weighted)
         if ctx.scoring:
             return SummarizerOutput.from_fusion(
                 fused, reasoning,
@@ -200,7 +205,7 @@ def _ranked(analyses: dict) -> list:
     return severity.ranked(analyses)
 
 
-def _reasoning(analyses: dict, evidence: ExecutorOutput, fused, expected: float) -> str:
+def _reasoning(analyses: dict, evidence: ExecutorOutput, fused, expected: float, weighted: bool = True) -> str:
     found = [a for a in _ranked(analyses) if a.severity != "none"]
     parts = list(dict.fromkeys(a.explanation for a in found[:3])) or ["No distortion measured above the clean-photo range."]
     tools = [
@@ -211,7 +216,11 @@ def _reasoning(analyses: dict, evidence: ExecutorOutput, fused, expected: float)
     text = " ".join(parts)
     if tools:
         text += " Tools: " + "; ".join(tools) + "."
-    text += f" Measured severities put the expected level at {expected:.2f}; fused with the tools: {fused.score:.2f} ({fused.level})."
+    if weighted:
+        text += f" Measured severities put the expected level at {expected:.2f}; fused with the tools: {fused.score:.2f} ({fused.level})."
+    else:  # η 0: on held-out photos the tools made this answer worse (benchmarks/choose_fusion.py)
+        text += (f" Measured severities put the expected level at {expected:.2f}: {fused.score:.2f} ({fused.level});"
+                 " the tools are shown, not weighted.")
     return text
 
 
