@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -106,3 +107,27 @@ def test_ctrl_c_in_a_batch_keeps_the_lines_already_written(tmp_path):
     lines = out_file.read_text().splitlines()
     assert len(lines) == 1 and json.loads(lines[0])["status"] == "ok"
     assert "--resume" in out and "Traceback" not in err
+
+
+def test_a_batch_ctrl_c_that_would_wait_for_a_stuck_worker_still_exits_130():
+    """The watchdog armed by a batch's first Ctrl-C: even when the interrupt leaves the process waiting on a
+    non-daemon worker stuck in a call (what an escaped KeyboardInterrupt does at interpreter exit), it ends
+    with 130 once the grace period is over, not when the call returns."""
+    code = (
+        "import os, signal, threading, time\n"
+        "import agentic_iqa.cli.assess as a\n"
+        "a.BATCH_STOP_GRACE = 1.0\n"
+        "threading.Thread(target=time.sleep, args=(600,)).start()  # a worker in a 600 s LM call\n"
+        "try:\n"
+        "    with a._batch_sigint():\n"
+        "        os.kill(os.getpid(), signal.SIGINT)\n"
+        "        time.sleep(30)\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted', flush=True)\n"
+    )
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+    assert proc.returncode == 130, proc.stderr[-2000:]
+    assert "interrupted" in proc.stdout
+    assert time.monotonic() - t0 < 30  # not the 600 s call

@@ -400,7 +400,7 @@ def _batch(images, manifest, out, query, reference, lm, api_base, config, offlin
 
         assessor = Assessor(settings, make_lm=lm_or_demo)
         progress = _Progress(enabled=not quiet)
-        with progress:
+        with progress, _batch_sigint():
             summary = run_batch(
                 items, out, assessor, concurrency=concurrency, resume=resume, retry_failed=retry_failed,
                 overwrite=overwrite, use_cache=not no_cache, with_trace=with_trace, resize_reference=resize_reference,
@@ -470,6 +470,55 @@ def _ray_batch(images, manifest, out, query, reference, lm, api_base, config, of
     except Exception as exc:  # noqa: BLE001 - one clear line, never a traceback
         unexpected(exc, "batch failed")
     _finish_batch(summary, as_json)
+
+
+BATCH_STOP_GRACE = 10.0  # seconds a first Ctrl-C leaves the batch to save its summary before the process ends
+
+
+class _batch_sigint:
+    """Ctrl-C during a batch: the first raises KeyboardInterrupt as usual (the runner stops starting items,
+    finished lines are already on disk, the summary is printed) and arms a watchdog that ends the process
+    with 130 after BATCH_STOP_GRACE seconds, so no interrupt landing in an unlucky spot (a lock held by a
+    thread pool, an exit that would wait for worker threads in an LM call) can leave it hanging; the
+    second Ctrl-C ends it at once. Outside the main thread (library use) nothing is installed."""
+
+    def __enter__(self):
+        import signal
+        import threading
+
+        self._previous = None
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        requested = threading.Event()
+
+        def leave() -> None:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(EXIT_INTERRUPTED)
+
+        def on_sigint(signum, frame) -> None:
+            if requested.is_set():
+                leave()
+            requested.set()
+            _daemon_timer(BATCH_STOP_GRACE, leave)
+            raise KeyboardInterrupt
+
+        self._previous = signal.signal(signal.SIGINT, on_sigint)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import signal
+
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+
+
+def _daemon_timer(seconds: float, action) -> None:
+    import threading
+
+    timer = threading.Timer(seconds, action)
+    timer.daemon = True  # never keeps the interpreter alive by itself
+    timer.start()
 
 
 def _finish_batch(summary, as_json: bool, exit: bool = True) -> int:
