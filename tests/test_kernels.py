@@ -397,3 +397,12 @@ def test_offline_fr_assessment_with_kernel_tools_never_imports_torch(tmp_path):
     assert all(raw is not None and size == [512, 384] for _, raw, size in result["logs"])
     assert set(result["direct"]) == {"NLPD", "GMSD", "PSNR", "FSIM", "VIF"} and all(v > 0 for v in result["direct"].values())
     assert result["loaded"] == []
+
+
+def test_the_torch_free_metric_lists_name_exactly_the_kernels_that_exist():
+    """kernels.py lists the torch-free metrics without importing nss/frmetrics (lazy imports); the lists
+    and the modules' tables must not drift apart."""
+    from iqa_tools import frmetrics, kernels, nss
+
+    assert set(kernels.NUMPY_NR_METRICS) == set(nss.NUMPY_TOOLS)
+    assert set(kernels.NUMPY_FR_METRICS) == set(frmetrics.NUMPY_FR_TOOLS)
