@@ -224,6 +224,31 @@ def test_cli_interrupted_then_resumed_gives_one_row_per_item(cluster, slow_image
     assert len(shard_rows(out)) == N
 
 
+def test_a_ray_batch_handles_sigint_itself_and_a_ctrl_c_outside_the_write_exits_130(images, tmp_path, monkeypatch):
+    """In-process and without a cluster: while the Ray batch runs, SIGINT has the batch's handler even
+    when it was inherited ignored, and a KeyboardInterrupt escaping the run (Ctrl-C while connecting to
+    the cluster) exits 130 with a --resume hint, not click's "Aborted!" (exit 1)."""
+    import agentic_iqa.distributed as dist
+
+    seen = []
+
+    def interrupted_run(*args, **kwargs):
+        seen.append(signal.getsignal(signal.SIGINT))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(dist, "run_cli_batch", interrupted_run)
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        result = cli.invoke(app, ["assess", str(Path(images[0]).parent), "--engine", "ray", "--offline",
+                                  "--out", str(tmp_path / "out"), "--json"])
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # put back after the batch
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert callable(seen[0]) and seen[0] is not signal.default_int_handler, seen
+    assert result.exit_code == EXIT_INTERRUPTED, result.output
+    assert "--resume" in result.stderr
+
+
 def test_bad_items_become_failed_rows_in_parquet(cluster, images, tmp_path):
     data = tmp_path / "data"
     data.mkdir()
