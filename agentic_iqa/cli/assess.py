@@ -470,7 +470,7 @@ def _ray_batch(images, manifest, out, query, reference, lm, api_base, config, of
     except typer.Exit:
         raise
     except KeyboardInterrupt:  # while connecting, or after the write while the summary was gathered
-        sys.stderr.write("interrupted: finished items are saved in the shards; run the same command with --resume to continue\n")
+        sys.stderr.write("interrupted: the shards already written are kept; run the same command with --resume to continue\n")
         sys.stderr.flush()
         raise typer.Exit(EXIT_INTERRUPTED) from None
     except (BatchError, ConfigError, ImageError, ValueError) as exc:
