@@ -456,15 +456,23 @@ def _ray_batch(images, manifest, out, query, reference, lm, api_base, config, of
 
         settings = _settings(lm, api_base, config, offline, program, tool_options)
         items, problems, notes = _items(images, manifest, query, reference, mode, recursive, allow_absolute)
-        summary = run_cli_batch(items, out, settings, address=address, fmt=fmt, resume=resume, retry_failed=retry_failed,
-                                overwrite=overwrite, concurrency=concurrency, use_cache=not no_cache,
-                                resize_reference=resize_reference, manifest_problems=problems, notes=notes,
-                                actors=cluster.get("actors"), batch_size=cluster.get("batch_size"),
-                                num_gpus_per_worker=cluster.get("gpus_per_worker"),
-                                lm_max_in_flight=cluster.get("lm_max_in_flight"), with_trace=with_trace,
-                                progress=not quiet)
+        # Our own SIGINT handler, as for the local batch: Python installs its KeyboardInterrupt handler only
+        # when SIGINT is not ignored at start-up, and a command started with `&` by a non-interactive shell
+        # (a CI script's `cmd &`) inherits SIGINT ignored: without this, SIGINT did nothing and the run went on.
+        with _batch_sigint():
+            summary = run_cli_batch(items, out, settings, address=address, fmt=fmt, resume=resume, retry_failed=retry_failed,
+                                    overwrite=overwrite, concurrency=concurrency, use_cache=not no_cache,
+                                    resize_reference=resize_reference, manifest_problems=problems, notes=notes,
+                                    actors=cluster.get("actors"), batch_size=cluster.get("batch_size"),
+                                    num_gpus_per_worker=cluster.get("gpus_per_worker"),
+                                    lm_max_in_flight=cluster.get("lm_max_in_flight"), with_trace=with_trace,
+                                    progress=not quiet)
     except typer.Exit:
         raise
+    except KeyboardInterrupt:  # while connecting, or after the write while the summary was gathered
+        sys.stderr.write("interrupted: the shards already written are kept; run the same command with --resume to continue\n")
+        sys.stderr.flush()
+        raise typer.Exit(EXIT_INTERRUPTED) from None
     except (BatchError, ConfigError, ImageError, ValueError) as exc:
         fail(escape(str(exc)), EXIT_BAD_INPUT)
     except Exception as exc:  # noqa: BLE001 - one clear line, never a traceback
