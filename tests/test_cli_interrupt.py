@@ -131,3 +131,24 @@ def test_a_batch_ctrl_c_that_would_wait_for_a_stuck_worker_still_exits_130():
     assert proc.returncode == 130, proc.stderr[-2000:]
     assert "interrupted" in proc.stdout
     assert time.monotonic() - t0 < 30  # not the 600 s call
+
+
+def test_a_ctrl_c_while_a_local_batch_is_planned_exits_130_not_aborted(tmp_path, monkeypatch):
+    """A Ctrl-C before the run loop starts (while the items are listed or the assessor built) exits 130
+    with a --resume hint; click would otherwise print "Aborted!" and exit 1."""
+    from typer.testing import CliRunner
+
+    import agentic_iqa.cli.assess as assess_cli
+    from agentic_iqa.cli import app
+    from agentic_iqa.cli.common import EXIT_INTERRUPTED
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(assess_cli, "_items", interrupted)
+    for name in ("a.png", "b.png"):
+        write_test_image(tmp_path / name, size=(64, 48))
+    result = CliRunner().invoke(app, ["assess", str(tmp_path / "a.png"), str(tmp_path / "b.png"), "--offline",
+                                      "--out", str(tmp_path / "out.jsonl")])
+    assert result.exit_code == EXIT_INTERRUPTED, result.output
+    assert "--resume" in result.stderr and "Aborted" not in result.output

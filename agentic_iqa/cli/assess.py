@@ -408,6 +408,8 @@ def _batch(images, manifest, out, query, reference, lm, api_base, config, offlin
             )
     except typer.Exit:
         raise
+    except KeyboardInterrupt:  # while the items were planned or the assessor built (run_batch handles its own)
+        _interrupted_outside_the_run()
     except (BatchError, ConfigError, ImageError) as exc:
         fail(escape(str(exc)), EXIT_BAD_INPUT)
     except Exception as exc:  # noqa: BLE001 - one clear line, never a traceback
@@ -470,14 +472,19 @@ def _ray_batch(images, manifest, out, query, reference, lm, api_base, config, of
     except typer.Exit:
         raise
     except KeyboardInterrupt:  # while connecting, or after the write while the summary was gathered
-        sys.stderr.write("interrupted: the shards already written are kept; run the same command with --resume to continue\n")
-        sys.stderr.flush()
-        raise typer.Exit(EXIT_INTERRUPTED) from None
+        _interrupted_outside_the_run()
     except (BatchError, ConfigError, ImageError, ValueError) as exc:
         fail(escape(str(exc)), EXIT_BAD_INPUT)
     except Exception as exc:  # noqa: BLE001 - one clear line, never a traceback
         unexpected(exc, "batch failed")
     _finish_batch(summary, as_json)
+
+
+def _interrupted_outside_the_run() -> None:
+    """A Ctrl-C that escaped a batch's run loop: exit 130 with a --resume hint, not click's "Aborted!" (exit 1)."""
+    sys.stderr.write("interrupted: the results already written are kept; run the same command with --resume to continue\n")
+    sys.stderr.flush()
+    raise typer.Exit(EXIT_INTERRUPTED) from None
 
 
 BATCH_STOP_GRACE = 10.0  # seconds a first Ctrl-C leaves the batch to save its summary before the process ends
