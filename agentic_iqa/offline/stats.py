@@ -159,10 +159,11 @@ def dead_flat_share(y255: np.ndarray, block: int = 8, floor: float = 0.1) -> flo
     r = np.abs(cv2.filter2D(y255, -1, _IMMERKAER, borderType=cv2.BORDER_REFLECT))[1:-1, 1:-1]
     inner = y255[1:-1, 1:-1]
     h, w = (r.shape[0] // block) * block, (r.shape[1] // block) * block
-    shape = (h // block, block, w // block, block)
-    sigma = r[:h, :w].reshape(shape).mean(axis=(1, 3)) * np.sqrt(np.pi / 2) / 6
-    tiles = inner[:h, :w].reshape(shape)
-    clipped = (tiles.max(axis=(1, 3)) > 252) | (tiles.min(axis=(1, 3)) < 3)
+    size = (w // block, h // block)
+    # Block means by an area resize (exact box averages at an integer factor; numpy's reshape-mean is ~3x slower).
+    sigma = cv2.resize(np.ascontiguousarray(r[:h, :w]), size, interpolation=cv2.INTER_AREA) * np.sqrt(np.pi / 2) / 6
+    clip = ((inner[:h, :w] > 252) | (inner[:h, :w] < 3)).astype(np.float32)
+    clipped = cv2.resize(clip, size, interpolation=cv2.INTER_AREA) > 0
     kept = sigma[~clipped] if np.count_nonzero(~clipped) > 10 else sigma.ravel()
     return float(np.mean(kept < floor))
 
