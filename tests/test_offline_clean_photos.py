@@ -51,3 +51,21 @@ def test_vivid_flowers_are_not_called_oversaturated_but_a_saturation_boost_is(na
     assert clean["hard_clip_share"] < 0.5 < boosted["hard_clip_share"], (clean["hard_clip_share"], boosted["hard_clip_share"])
     assert sv.analyze(x)["Color distortions"].severity == "none"
     assert sv.analyze(distort(x, "color saturation 2", 3, seed=0, key="test"))["Color distortions"].severity != "none"
+
+
+BOKEH = ["mate__Aqua.jpg", "mate__FreshFlower.jpg"]
+
+
+@pytest.mark.parametrize("name", BOKEH, ids=lambda n: n[:-4])
+def test_bokeh_is_not_called_wavelet_smearing_but_jpeg2000_is(name):
+    from agentic_iqa.bench.synth import distort
+    from agentic_iqa.offline import stats as st
+
+    x = st.as_float_rgb(DATA / name)
+    j2k = distort(x, "jpeg2000", 1, seed=0, key="test")
+    # The smooth background keeps its grain; wavelet quantization leaves it dead flat.
+    assert st.measure(x)["dead_flat"] < 0.05 < 0.3 < st.measure(j2k)["dead_flat"]
+    clean_level = sv.analyze(x)["Compression"].detectors["j2k"]
+    assert sv.severity_of(clean_level) == "none", clean_level
+    # Level-1 JPEG2000 stands well apart from the clean photo (the smeared look alone did not separate them).
+    assert sv.analyze(j2k)["Compression"].detectors["j2k"] >= clean_level + 1.5

@@ -65,6 +65,20 @@ def test_raw_statistics_move_the_right_way(coffee):
     assert gray["colorfulness"] < 1e-3 < clean["colorfulness"]
 
 
+def test_dead_flat_counts_noise_free_blocks_but_not_clipped_ones():
+    rng = np.random.default_rng(0)
+    flat = np.full((64, 96), 120.0, np.float32)
+    grain = flat + rng.normal(0, 1.0, flat.shape).astype(np.float32)
+    assert st.dead_flat_share(flat) == 1.0
+    assert st.dead_flat_share(grain) == 0.0
+    half = grain.copy()
+    half[:, :48] = 120.0
+    assert st.dead_flat_share(half) == pytest.approx(0.5, abs=0.1)
+    # Clipped white is flat because of the clipping: those blocks are left out.
+    half[:, :48] = 255.0
+    assert st.dead_flat_share(half) == 0.0
+
+
 def test_blur_severity_rises_with_sigma(coffee):
     levels = _levels(coffee, "gaussian blur", "Blurs")
     assert levels[0] < levels[1] < levels[2]

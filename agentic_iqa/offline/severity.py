@@ -62,6 +62,7 @@ FEATURES: dict[str, Callable[[dict], float]] = {
     "log_blockiness": lambda s: math.log10(max(s["blockiness"], 1e-3)),
     "log_jpeg_grid": lambda s: math.log10(max(s["jpeg_grid"], 1e-3)),
     "log_noise_flat": _log("noise_flat", 0.1),
+    "log_dead_flat": _log("dead_flat", 0.01),  # from "none" (a clean photo's ~0) up, per decade
     "log_chroma_noise": _log("chroma_noise", 0.05),
     "log_impulse": _log("impulse", 1e-5),
     "overshoot": lambda s: s["overshoot"],
@@ -153,8 +154,10 @@ DETECTORS: tuple[Detector, ...] = (
              nr=("log_jpeg_grid", "log_blockiness", "-grid_sparsity"),
              fr=("fr_log_jpeg_grid_gain", "fr_log_block_gain", "-fr_grid_gain"),
              primary="jpeg_grid", primary_fr="fr_jpeg_grid_gain", gate=_mosaic),
+    # Smeared detail alone also describes bokeh and macro photos; what wavelet quantization adds is
+    # smooth areas with no grain left at all (``dead_flat``), which clean photos' smooth areas keep.
     Detector("j2k", "Compression", "wavelet-compression smearing", ("jpeg2000",),
-             nr=("reblur", "fine_conc", "-edge_sharp", "-log_noise_flat"),
+             nr=("reblur", "fine_conc", "-edge_sharp", "log_dead_flat"),
              fr=("fr_conc_gain", "-fr_fine_gain", "-fr_blur_explained"),
              primary="fine_conc", primary_fr="fr_conc_gain"),
     # One noise detector per kind of noise, on the same measures: a single one had to map four level
@@ -208,6 +211,7 @@ STAT_NAMES = {
     "reblur": "blur index (0 crisp - 1 smeared)", "blockiness": "block-edge ratio",
     "jpeg_grid": "8x8 JPEG grid ratio", "fr_jpeg_grid_gain": "8x8 JPEG grid ratio gain vs the reference",
     "fine_conc": "share of fine detail on the strongest edges", "noise_flat": "noise sigma in flat areas (0-255)",
+    "dead_flat": "share of noise-free (dead flat) blocks",
     "overshoot": "edge overshoot ratio", "chroma_noise": "colour noise sigma in flat areas (0-255)",
     "impulse": "share of isolated extreme pixels", "fr_chroma_noise_gain": "colour noise gain vs the reference",
     "fr_impulse_gain": "gain in isolated extreme pixels vs the reference", "median_luma": "median luminance (0-255)",

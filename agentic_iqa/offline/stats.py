@@ -150,6 +150,24 @@ def noise_sigma_blocks(y: np.ndarray, block: int = 16) -> np.ndarray:
     return per_block.ravel() * np.sqrt(np.pi / 2) / 6
 
 
+def dead_flat_share(y255: np.ndarray, block: int = 8, floor: float = 0.1) -> float:
+    """Share of ``block``-px blocks with no noise at all: Immerkær sigma under ``floor`` on the 0-255
+    scale. A photo's smooth areas (bokeh, sky, backdrop) still carry sensor grain or 8-bit dither;
+    wavelet (JPEG2000) quantization zeroes the fine coefficients of smooth areas and leaves them dead
+    flat. Blocks that touch clipped black or white are flat because of the clipping and do not count
+    (all blocks do when fewer than 11 are left)."""
+    r = np.abs(cv2.filter2D(y255, -1, _IMMERKAER, borderType=cv2.BORDER_REFLECT))[1:-1, 1:-1]
+    inner = y255[1:-1, 1:-1]
+    h, w = (r.shape[0] // block) * block, (r.shape[1] // block) * block
+    size = (w // block, h // block)
+    # Block means by an area resize (exact box averages at an integer factor; numpy's reshape-mean is ~3x slower).
+    sigma = cv2.resize(np.ascontiguousarray(r[:h, :w]), size, interpolation=cv2.INTER_AREA) * np.sqrt(np.pi / 2) / 6
+    clip = ((inner[:h, :w] > 252) | (inner[:h, :w] < 3)).astype(np.float32)
+    clipped = cv2.resize(clip, size, interpolation=cv2.INTER_AREA) > 0
+    kept = sigma[~clipped] if np.count_nonzero(~clipped) > 10 else sigma.ravel()
+    return float(np.mean(kept < floor))
+
+
 def impulse_fraction(x: np.ndarray) -> float:
     """Fraction of channel values that are saturated (0 or 1) and stand far from their 3x3 median:
     isolated salt-and-pepper dots. Clipped highlights are areas, not dots, so they do not count."""
@@ -312,6 +330,7 @@ def measure(image: ImageLike) -> dict[str, float]:
         "fine_conc": fine_band_concentration(y),
         # noise
         "noise_flat": float(np.percentile(block_sigmas, 10)),
+        "dead_flat": dead_flat_share(y255),
         "impulse": impulse_fraction(x),
         "chroma_noise": float(np.percentile(noise_sigma_blocks(cb), 10) + np.percentile(noise_sigma_blocks(cr), 10)) * 127.5,
         # compression
