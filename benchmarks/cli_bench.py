@@ -5,7 +5,8 @@ process, and `--help` — for two source trees side by side (before = a git revi
 
 Images: scikit-image's astronaut as a 512×384 JPEG and upscaled (Lanczos) to a 4000×3000 (12 MP) JPEG,
 quality 90, like a phone photo's size (its content is soft: it is an upscale).
-Cold: a fresh interpreter per call (`assess --offline --no-cache --json IMG`), wall time and peak RSS of that
+Cold: a fresh interpreter per call (`assess --offline --no-cache --json IMG`, and the 512×384 JPEG with
+`--reference` its lossless original for FR), wall time and peak RSS of that
 child (wait4's rusage). Trees alternate call by call (before, after, after, before, …); medians of --repeats.
 Warm: one fresh process per tree builds `create_assessor(offline=True)`, assesses each image once (not timed),
 then --warm-items times each (cache off); median per item, and its peak RSS.
@@ -66,15 +67,16 @@ from PIL import Image
 src = Image.fromarray(skimage.data.astronaut())
 src.resize((512, 384), Image.Resampling.LANCZOS).save(sys.argv[1], quality=90)
 src.resize((4000, 3000), Image.Resampling.LANCZOS).save(sys.argv[2], quality=90)
+src.resize((512, 384), Image.Resampling.LANCZOS).save(sys.argv[3])  # lossless: the FR call's reference
 """
 
 
 def make_images(folder: Path) -> dict[str, Path]:
     """In a child: this process stays small, since a child's peak RSS (wait4) counts its parent's pages
     from before the exec."""
-    small, big = folder / "photo_512x384.jpg", folder / "photo_4000x3000.jpg"
-    subprocess.run([PY, "-c", MAKE_IMAGES, str(small), str(big)], check=True)
-    return {"512x384": small, "12MP": big}
+    small, big, ref = folder / "photo_512x384.jpg", folder / "photo_4000x3000.jpg", folder / "reference_512x384.png"
+    subprocess.run([PY, "-c", MAKE_IMAGES, str(small), str(big), str(ref)], check=True)
+    return {"512x384": small, "12MP": big, "reference": ref}
 
 
 def export_tree(rev: str, dest: Path) -> str:
@@ -138,6 +140,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="cli-bench-"))
     env = {"AGENTIC_IQA_CACHE_DIR": str(work / "cache"), "HF_HUB_OFFLINE": "1"}
     images = make_images(work)
+    reference = images.pop("reference")
     before = work / "before"
     commit = export_tree(args.before, before)
     trees = {"before": before, "after": args.after.resolve()}
@@ -153,13 +156,16 @@ def main() -> None:
         print(f"  {label:45s} {results['imports'][label]['wall_s']:6.2f} s  RSS {results['imports'][label]['rss_mb']:6.0f} MB  load {load():.1f}", flush=True)
 
     order = ["before", "after"]
-    for size, img in images.items():
+    # The FR call: the 512x384 JPEG against its lossless original (the JPEG's damage is what FR measures).
+    cold_calls = {size: [str(img)] for size, img in images.items()}
+    cold_calls["FR 512x384"] = [str(images["512x384"]), "--reference", str(reference)]
+    for size, call in cold_calls.items():
         runs: dict = {k: [] for k in trees}
         for rep in range(args.repeats):
             for side in (order if rep % 2 == 0 else order[::-1]):
-                wall, rss, code, out = run_child(trees[side], ["-c", CLI, "assess", "--offline", "--no-cache", "--json", str(img)], env)
+                wall, rss, code, out = run_child(trees[side], ["-c", CLI, "assess", "--offline", "--no-cache", "--json", *call], env)
                 if code != 0:
-                    raise SystemExit(f"{side}: assess {img.name} exited {code}")
+                    raise SystemExit(f"{side}: assess {' '.join(call)} exited {code}")
                 doc = json.loads(out)
                 runs[side].append({"wall_s": wall, "rss_mb": rss, "load": load(), "score": doc["result"].get("score"),
                                    "where": breakdown(doc, wall)})
