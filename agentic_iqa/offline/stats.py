@@ -10,7 +10,7 @@ and paths). Everything runs on cv2/numpy; a 512x384 image takes a few tens of ms
 Statistics are measured at a working size of at most WORKING_PIXELS (area-downscaled, aspect kept):
 the thresholds were fitted on photos at long side 512 and checked at 1024 (benchmarks/fit_corpus.py),
 so a 12 MP photo is judged at the scale the thresholds know, in a fraction of the time and memory.
-Images at or below that size are measured as they are.
+Images at or below that size are measured as they are, in 8-bit steps (``in_8bit_steps``).
 """
 from __future__ import annotations
 
@@ -65,6 +65,15 @@ def at_working_size(x: np.ndarray, max_pixels: int = WORKING_PIXELS) -> np.ndarr
     if size == (w, h):
         return x
     return cv2.resize(x, size, interpolation=cv2.INTER_AREA)
+
+
+def in_8bit_steps(x: np.ndarray) -> np.ndarray:
+    """`x` rounded to the 256 levels of an 8-bit file, as the fitting corpus's working copies and damage
+    were (benchmarks/fit_corpus.py). Float, 16-bit or area-downscaled input would otherwise show smooth
+    areas without the rounding grain every 8-bit file has, which the flatness and noise statistics read as
+    damage (or miss). `x` is in [0, 1] (``as_float_rgb``), so OpenCV's rounding, saturating conversion
+    (5x faster than numpy's round) is exact here."""
+    return cv2.convertScaleAbs(x, alpha=255.0).astype(np.float32) * np.float32(1 / 255)
 
 
 def luma(x: np.ndarray) -> np.ndarray:
@@ -305,7 +314,7 @@ MIN_SIDE = 24  # the noise statistics need whole 8×8 blocks clear of the border
 
 def measure(image: ImageLike) -> dict[str, float]:
     """No-reference statistics of one image (see the module docstring for units and working size)."""
-    x = at_working_size(as_float_rgb(image))
+    x = in_8bit_steps(at_working_size(as_float_rgb(image)))
     if min(x.shape[:2]) < MIN_SIDE:
         raise ValueError(f"the image is {x.shape[1]}×{x.shape[0]} px: too small for the offline analyst's "
                          f"statistics (at least {MIN_SIDE} px a side)")
@@ -479,7 +488,7 @@ def measure_fr(image: ImageLike, reference: ImageLike, image_stats: Optional[dic
     xd, xr = as_float_rgb(image), as_float_rgb(reference)
     if xd.shape != xr.shape:
         raise ValueError(f"image {xd.shape[1]}x{xd.shape[0]} and reference {xr.shape[1]}x{xr.shape[0]} differ in size")
-    xd, xr = at_working_size(xd), at_working_size(xr)  # both alike, so they stay pixel-aligned
+    xd, xr = (in_8bit_steps(at_working_size(v)) for v in (xd, xr))  # both alike, so they stay pixel-aligned
     d = image_stats or measure(xd)
     r = reference_stats or measure(xr)
     yd, yr = luma(xd), luma(xr)
