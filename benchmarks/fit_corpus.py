@@ -15,7 +15,8 @@ synthetic benchmark's size); a second set at 1024 checks that clean-photo verdic
 Distortions: ``agentic_iqa.bench.synth.TYPES`` at their five levels ("fit" ladder, seed 0) are the
 training damage. Evaluation uses the held-out source under BOTH that ladder and an "alt" ladder: every
 level's parameter moved halfway towards the next level's (level 5 kept), with another RNG seed, so the
-figures are not those of the exact parameter values the fit saw.
+figures are not those of the exact parameter values the fit saw. Every damaged image is rounded to 8
+bits (``_apply``), as a user's file is; the analyst measures in 8-bit steps too (``stats.in_8bit_steps``).
 
 Protocol per fold: fit every detector (``severity.fit_all``, ridge fixed at ``severity.RIDGE``: no
 parameter is chosen on the held-out fold) on the other sources' clean photos and their "fit"-ladder
