@@ -187,3 +187,33 @@ def test_pixelated_question_through_the_offline_pipeline(tmp_path, astronaut):
                            use_cache=False)
     rows = [d for ds in r.evidence.distortion_analysis.values() for d in ds]
     assert r.answer.startswith("A") and [d.type for d in rows] == ["Blurs"] and rows[0].severity != "none"
+
+
+_FR_QUOTE = re.compile(r"^\w+ [^:]+: .* (-?[\d.]+(?:e[-+]?\d+)?) \(an unchanged copy gives (-?[\d.]+(?:e[-+]?\d+)?)\); "
+                       r"level-\d benchmark damage measured ~(-?[\d.]+(?:e[-+]?\d+)?)\.$")
+
+
+def test_an_fr_explanation_never_quotes_a_value_moving_against_the_damage(astronaut):
+    # "Slight wavelet-compression smearing: detail concentration gain vs the reference -0.0655 (an unchanged
+    # copy gives 0); level-2 benchmark damage measured ~0.141" (a blurred photo with its reference): the
+    # quoted value moved the other way from the damage it was said to show.
+    pairs = [distort(astronaut, t, lv) for t, lv in (("gaussian blur", 3), ("gaussian blur", 4), ("lens blur", 3),
+                                                     ("motion blur", 3), ("jpeg2000", 3), ("contrast decrease", 3))]
+    checked, combined = 0, 0
+    for img in pairs:
+        for a in sv.analyze(img, astronaut).values():
+            if a.severity == "none":
+                continue
+            m = _FR_QUOTE.match(a.explanation)
+            if m:
+                value, mid, typical = (float(g) for g in m.groups())
+                assert (value - mid) * (typical - mid) > 0, a.explanation
+                checked += 1
+            elif "suggested by the combined measures" in a.explanation:
+                combined += 1
+    assert checked > 0
+    det = next(d for d in sv.DETECTORS if d.name == "j2k")
+    fit = sv.load_thresholds()["fr"]["j2k"]
+    mid, typical = fit["clean"][1], fit["by_level"]["2"]
+    text = sv._explain(det, "fr", fit, {"fr_conc_gain": mid - (typical - mid) / 2}, 2.0)
+    assert "suggested by the combined measures" in text and "smearing:" not in text, text

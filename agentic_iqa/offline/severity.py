@@ -543,6 +543,11 @@ def _explain(det: Detector, mode: str, fit: dict, s: dict, level: float) -> str:
     nearest = str(min(5, max(1, round(level))))
     typical = fit.get("by_level", {}).get(nearest)
     like = f"; level-{nearest} benchmark damage measured ~{typical:.3g}" if typical is not None else ""
+    if mode == "fr" and typical is not None and (value - mid) * (typical - mid) <= 0:
+        # The quoted measure moved away from the damage's direction (or not at all): the call rests on the
+        # detector's other measures, so the quoted one must not be presented as the damage.
+        return (f"{verdict.capitalize()} {det.label} suggested by the combined measures; {name} {value:.3g} "
+                f"itself does not move the way this damage does (an unchanged copy gives {mid:.3g}{like}).")
     return f"{verdict.capitalize()} {det.label}: {basis}{like}."
 
 
