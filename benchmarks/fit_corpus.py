@@ -326,6 +326,14 @@ def scale_check(photos, cache: Path, thresholds, workers: int) -> dict:
             "max_abs_diff": float(np.abs(a - b).max()), "n": len(a)}
 
 
+def _shown(path: Path) -> str:
+    """A path as the report records it: relative to the repository when inside it."""
+    try:
+        return str(Path(path).resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
 def blind_report(cache: Path, size: int, thresholds_path: Path, workers: int) -> dict:
     """Measure the blind sources and score them with a finished fit (nothing is fitted here)."""
     th = sv.load_thresholds(str(thresholds_path))
@@ -342,7 +350,7 @@ def blind_report(cache: Path, size: int, thresholds_path: Path, workers: int) ->
         "protocol": "Blind sources (manifest \"blind\": true): in no fit and no leave-one-source-out fold, looked at by "
                     "no design decision. Scored once with the fit named here, under the 'fit' and 'alt' ladders "
                     "(fit_corpus.evaluate: analyst alone, no IQA tools).",
-        "thresholds": {"path": str(thresholds_path), "provenance": th.get("provenance")},
+        "thresholds": {"path": _shown(thresholds_path), "provenance": th.get("provenance")},
         "measure_code_key": _code_key(),
         "photos": [{k: p[k] for k in ("source", "name", "gray")} for p in photos],
         **{lad: evaluate(photos, measured, th, lad) for lad in LADDERS},
