@@ -54,6 +54,7 @@ NOT_ATTEMPTED = "not_attempted"
 ALREADY_DONE = "already_done"
 #: Optional input column: the keys of the item's earlier `ok` results (the CLI's resume fills it).
 DONE_KEYS = "done_keys"
+COORDINATOR_WAIT = 5.0  # seconds the end of a run waits for the coordinator's summary (the CLI's Ctrl-C grace is 10 s)
 
 
 def _ray():
@@ -698,8 +699,10 @@ def run_cli_batch(
             if quiet is not None:
                 _restore_ray_data(quiet)
         try:
-            state = ray.get(coordinator.state.remote(), timeout=10)
-            state["keep"] = ray.get(coordinator.kept.remote(), timeout=10)
+            # One bounded wait for both answers, well inside the CLI's 10 s grace after a Ctrl-C (two waits
+            # of 10 s each could outlast it, and the watchdog would end the run before the rows are merged).
+            state, keep = ray.get([coordinator.state.remote(), coordinator.kept.remote()], timeout=COORDINATOR_WAIT)
+            state["keep"] = keep
         except Exception:  # noqa: BLE001 - the summary still comes from the shards
             state = {"stopped": None, "counts": {}}
         if state["stopped"]:

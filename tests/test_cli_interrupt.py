@@ -152,3 +152,12 @@ def test_a_ctrl_c_while_a_local_batch_is_planned_exits_130_not_aborted(tmp_path,
                                       "--out", str(tmp_path / "out.jsonl")])
     assert result.exit_code == EXIT_INTERRUPTED, result.output
     assert "--resume" in result.stderr and "Aborted" not in result.output
+
+
+def test_the_ray_run_end_waits_for_its_coordinator_less_than_the_ctrl_c_grace():
+    # After a Ctrl-C the watchdog ends the process BATCH_STOP_GRACE seconds later; the Ray run's last wait
+    # (the coordinator's summary and which rows to keep) must be shorter, or the merge of rows is cut off.
+    from agentic_iqa import distributed
+    from agentic_iqa.cli.assess import BATCH_STOP_GRACE
+
+    assert 0 < distributed.COORDINATOR_WAIT < BATCH_STOP_GRACE / 1.5
