@@ -9,7 +9,9 @@ JPEG2000) followed by a monotone map onto the benchmark's level scale, both fitt
 several independent sources with synthetic damage by ``benchmarks/fit_corpus.py`` and stored in
 ``thresholds.json``: the weights by non-negative ridge regression towards the applied level (0 for clean
 images and other distortions), the map by isotonic regression of the level on the weighted sum, and a
-clean offset (the level clean photos of unseen sources reach, ``fit_with_clean_offsets``). Its output
+clean offset (the level clean photos of unseen sources reach, ``fit_with_clean_offsets``); without a
+reference, levels past moderate come from a second map fitted on the damaged samples alone
+(``_detector_level``), so that each detector's strong damage reads near its level. Its output
 ``level`` is a continuous estimate on 0..5 (0 = absent, 5 = the benchmark's strongest level); a
 category's level is its strongest detector's, and severities cut that scale at fixed points:
 none < 0.5 <= slight < 2.5 <= moderate < 3.5 <= severe < 4.5 <= extreme.
