@@ -27,8 +27,9 @@ level's parameter moved halfway towards the next level's (level 5 kept), with an
 figures are not those of the exact parameter values the fit saw. Every damaged image is rounded to 8
 bits (``_apply``), as a user's file is; the analyst measures in 8-bit steps too (``stats.in_8bit_steps``).
 
-Protocol per fold: fit every detector (``severity.fit_all``, ridge fixed at ``severity.RIDGE``: no
-parameter is chosen on the held-out fold) on the other sources' clean photos and their "fit"-ladder
+Protocol per fold: fit every detector (``severity.fit_all``, ridge fixed at ``severity.RIDGE``, the
+no-reference blend into the positives-only map at ``severity.POS_RAMP``: no parameter is chosen on the
+held-out fold) on the other sources' clean photos and their "fit"-ladder
 damage, each detector's clean offset by a nested leave-one-source-out inside those sources, and the
 category model (``severity.fit_category_model``, penalty fixed at ``severity.CATEGORY_L2``) on the same
 damage; report on the held-out source. Scores are the analyst alone (no IQA tools): the expectation of
@@ -401,7 +402,8 @@ def main(argv=None) -> int:
             "ladder": "synth.TYPES levels 1-5 (seed 0)", "types": sorted(synth.TYPES), "code_commit": _git_commit(),
             "method": f"per detector: weighted non-negative ridge (alpha={sv.RIDGE}, standardized signed features) towards the applied level, "
                       "then isotonic map score->level, clean offset by nested leave-one-source-out (quantile "
-                      f"{sv.CLEAN_QUANTILE}); severity edges at levels 0.5/2.5/3.5/4.5; category model: multinomial "
+                      f"{sv.CLEAN_QUANTILE}); NR levels blend into a positives-only isotonic map between levels {sv.POS_RAMP[0]:g} and "
+                      f"{sv.POS_RAMP[1]:g}; severity edges at levels 0.5/2.5/3.5/4.5; category model: multinomial "
                       f"logistic regression on all detector levels (L2 {sv.CATEGORY_L2}, damage at levels >= {sv.CATEGORY_MIN_LEVEL})",
         }
         th = _round({"provenance": provenance, "severity_edges": list(sv.SEVERITY_EDGES), **fitted})

@@ -65,6 +65,9 @@ def test_clean_offsets_are_measured_on_sources_left_out():
             sources.append(src)
     th = sv.fit_with_clean_offsets(samples, sources)
     assert all(0.0 <= th[m][d.name]["clean_offset"] <= 2.5 for m in ("nr", "fr") for d in sv.DETECTORS)
+    # The positives-only blend is for the no-reference levels only; FR keeps its shrunk maps.
+    assert all(th["nr"][d.name]["pos_ramp"] == list(sv.POS_RAMP) and "pos_ramp" not in th["fr"][d.name]
+               for d in sv.DETECTORS)
     single = sv.fit_with_clean_offsets(samples, ["a"] * len(samples))  # one source: nothing held out
     assert all(single["nr"][d.name]["clean_offset"] == 0.0 for d in sv.DETECTORS)
 

@@ -9,7 +9,9 @@ JPEG2000) followed by a monotone map onto the benchmark's level scale, both fitt
 several independent sources with synthetic damage by ``benchmarks/fit_corpus.py`` and stored in
 ``thresholds.json``: the weights by non-negative ridge regression towards the applied level (0 for clean
 images and other distortions), the map by isotonic regression of the level on the weighted sum, and a
-clean offset (the level clean photos of unseen sources reach, ``fit_with_clean_offsets``). Its output
+clean offset (the level clean photos of unseen sources reach, ``fit_with_clean_offsets``); without a
+reference, levels past moderate come from a second map fitted on the damaged samples alone
+(``_detector_level``), so that each detector's strong damage reads near its level. Its output
 ``level`` is a continuous estimate on 0..5 (0 = absent, 5 = the benchmark's strongest level); a
 category's level is its strongest detector's, and severities cut that scale at fixed points:
 none < 0.5 <= slight < 2.5 <= moderate < 3.5 <= severe < 4.5 <= extreme.
@@ -270,8 +272,15 @@ def fit_detector(features: np.ndarray, target: np.ndarray, weight: np.ndarray, r
     kx, ky = isotonic(score, target, weight)
     pred = np.interp(score, kx, ky)
     rmse = float(np.sqrt(np.average((pred - target) ** 2, weights=weight)))
-    return {"mean": mean.tolist(), "std": std.tolist(), "coef": coef[:-1].tolist(), "intercept": float(coef[-1]),
-            "knots_x": kx.tolist(), "knots_y": ky.tolist(), "rmse": rmse}
+    out = {"mean": mean.tolist(), "std": std.tolist(), "coef": coef[:-1].tolist(), "intercept": float(coef[-1]),
+           "knots_x": kx.tolist(), "knots_y": ky.tolist(), "rmse": rmse}
+    pos = target > 0
+    if pos.sum() > 1:
+        # The same map over the damaged samples alone (E[level | score, this damage is present]): not pulled
+        # towards 0 by the negatives that share a score, which ``_detector_level`` uses at high levels.
+        px, py = isotonic(score[pos], target[pos], weight[pos])
+        out["pos_knots_x"], out["pos_knots_y"] = px.tolist(), py.tolist()
+    return out
 
 
 def fit_all(samples: Sequence[tuple[dict, Optional[str], int]], ridge: float = RIDGE) -> dict:
@@ -302,16 +311,25 @@ def fit_all(samples: Sequence[tuple[dict, Optional[str], int]], ridge: float = R
 
 
 CLEAN_QUANTILE = 90  # a level that this share of clean photos from unseen sources stays under is not damage
+# No-reference levels move from the shrunk map to the positives-only one between these levels (``_detector_level``).
+# lo >= 2 because quality 3.5 is badness 1.875: a lift below 2 turns clean photos' false positives into "worse
+# than 3.5" (a nested leave-one-source-out choice down to lo 1 did, on held-out sources). Among lo 2-3, width 1-2,
+# nested leave-one-source-out picks (2, 3) in every fold (benchmarks/RESULTS.md, issue 10 follow-up 4). Not for
+# FR: its maps are not shrunk enough to need it (FR intra fell 0.987 -> 0.985 with it).
+POS_RAMP = (2.0, 3.0)
 
 
 def fit_with_clean_offsets(samples: Sequence[tuple[dict, Optional[str], int]], sources: Sequence[str],
-                           ridge: float = RIDGE, quantile: float = CLEAN_QUANTILE) -> dict:
+                           ridge: float = RIDGE, quantile: float = CLEAN_QUANTILE,
+                           pos_ramp: Optional[tuple[float, float]] = POS_RAMP) -> dict:
     """``fit_all`` on every sample, plus each detector's *clean offset*: the ``quantile`` of the levels it
     gives clean photos of a source it was not fitted on (nested leave-one-source-out over ``sources``,
     one per sample). Real photos differ by source in exactly what the global detectors measure (a
     low-key photo is dark, a bokeh photo has little fine detail); a level that clean photos from unseen
     sources reach is not evidence of damage, so ``_detector_level`` measures from that offset up
-    (rescaled so that level 5 stays 5). Ranking within a detector is unchanged."""
+    (rescaled so that level 5 stays 5). Ranking within a detector is unchanged. Each NR detector also
+    carries ``pos_ramp`` (``_detector_level``; None leaves it out). The offsets are measured on the shrunk
+    map, which the ramp leaves unchanged below its lower end."""
     fitted = fit_all(samples, ridge)
     names = sorted(set(sources))
     clean_levels: dict = {m: {d.name: [] for d in DETECTORS} for m in ("nr", "fr")}
@@ -332,6 +350,8 @@ def fit_with_clean_offsets(samples: Sequence[tuple[dict, Optional[str], int]], s
             vals = clean_levels[mode][det.name]
             off = float(np.percentile(vals, quantile)) if vals else 0.0
             fitted[mode][det.name]["clean_offset"] = float(min(max(off, 0.0), 2.5))
+            if mode == "nr" and pos_ramp is not None:
+                fitted[mode][det.name]["pos_ramp"] = [float(pos_ramp[0]), float(pos_ramp[1])]
     fitted["category_model"] = fit_category_model(samples, fitted)
     return fitted
 
@@ -497,19 +517,38 @@ def _extrapolated_map(score: float, kx: Sequence[float], ky: Sequence[float]) ->
     return float(np.interp(score, kx, ky))
 
 
-def _mapped_level(fit: dict, s: dict) -> float:
-    """The fitted map's level for statistics ``s`` (before the clean offset)."""
+def _detector_score(fit: dict, s: dict) -> float:
+    """The detector's weighted feature sum (the fitted maps' input) for statistics ``s``."""
     x = np.array([feature_value(f, s) for f in fit["features"]])
     z = (x - np.array(fit["mean"])) / np.array(fit["std"])
-    score = float(z @ np.array(fit["coef"]) + fit["intercept"])
-    return _extrapolated_map(score, fit["knots_x"], fit["knots_y"])
+    return float(z @ np.array(fit["coef"]) + fit["intercept"])
+
+
+def _mapped_level(fit: dict, s: dict) -> float:
+    """The fitted map's level for statistics ``s`` (before the clean offset)."""
+    return _extrapolated_map(_detector_score(fit, s), fit["knots_x"], fit["knots_y"])
 
 
 def _detector_level(fit: dict, s: dict) -> float:
     """Unclipped level estimate of one detector (may fall below 0 or above 5), measured from the level
-    clean photos of unseen sources reach (``clean_offset``, see ``fit_with_clean_offsets``)."""
-    level, off = _mapped_level(fit, s), fit.get("clean_offset", 0.0)
-    return 5.0 * (level - off) / (5.0 - off)
+    clean photos of unseen sources reach (``clean_offset``, see ``fit_with_clean_offsets``).
+
+    Where the fit carries a ``pos_ramp`` [lo, hi], levels above lo move towards the positives-only map
+    (``fit_detector``), fully from hi up: E[level | score] over damaged and undamaged samples is shrunk
+    towards 0 by however much this damage's evidence overlaps content (low-key photos for darken), by a
+    different amount per detector, so level 5 of one type read ~3 and of another ~5. Below lo (the range
+    clean photos' false positives reach) the shrunk level is kept. Monotone in the score: ranking within
+    a detector is unchanged."""
+    score = _detector_score(fit, s)
+    level, off = _extrapolated_map(score, fit["knots_x"], fit["knots_y"]), fit.get("clean_offset", 0.0)
+    level = 5.0 * (level - off) / (5.0 - off)
+    ramp = fit.get("pos_ramp")
+    if ramp is None or "pos_knots_x" not in fit:
+        return level
+    # Never below the shrunk level, so the blend rises with the score wherever the weight does.
+    pos = max(_extrapolated_map(score, fit["pos_knots_x"], fit["pos_knots_y"]), level)
+    w = min(max((level - ramp[0]) / (ramp[1] - ramp[0]), 0.0), 1.0)
+    return level + w * (pos - level)
 
 
 def _confidence(level: float, rmse: float) -> float:
