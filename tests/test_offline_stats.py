@@ -349,22 +349,3 @@ def test_directional_detail_grows_with_motion_blur_whatever_its_angle_and_not_wi
         # A line blur keeps fine detail in one orientation only: far above the clean photo and any Gaussian blur.
         assert min(by_length) > 0.9 > 0.5 > max(clean, isotropic), (angle, by_length)
         assert by_length[-1] > by_length[0], (angle, by_length)
-
-
-def test_thin_clipping_counts_clipped_lines_not_clipped_areas():
-    y = np.full((60, 60), 128.0, np.float32)
-    y[10:40, 10:40] = 255.0  # a clipped highlight: an area
-    assert st.thin_clipping(y) == 0.0
-    y[50, 5:55] = 0.0  # a one-pixel clipped line, as a sharpening halo leaves along an edge
-    assert st.thin_clipping(y) == pytest.approx(50 / 3600)
-
-
-def test_colored_clipping_counts_coloured_pixels_pushed_out_of_gamut():
-    x = np.full((40, 40, 3), 0.5, np.float32)  # gray: nothing coloured
-    assert st.colored_clipping(*st.channel_range(x)) == (0.0, 0.0)
-    x[:20] = (0.6, 0.4, 0.3)    # coloured, in gamut
-    x[20:30] = (0.7, 0.3, 0.0)  # coloured, weakest channel clipped to 0
-    x[30:35] = (1.0, 0.6, 0.5)  # coloured, strongest channel clipped to 255
-    low, either = st.colored_clipping(*st.channel_range(x))
-    n = 1400 + 0.002 * 1600
-    assert low == pytest.approx(400 / n) and either == pytest.approx(600 / n)

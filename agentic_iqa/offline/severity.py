@@ -84,14 +84,10 @@ FEATURES: dict[str, Callable[[dict], float]] = {
     "log_gamut_clip": _log("gamut_clip", 1e-4),
     "log_hard_clip": _log("hard_clip", 1e-4),
     "hard_clip_share": lambda s: s["hard_clip_share"],
-    # Directional blur, clipped halos, coloured pixels pushed out of gamut (stats.py's block of that name):
-    # they keep growing at the strongest motion blur, sharpening and saturation boost.
+    # Directional blur (stats.py's block "directional blur"): keeps growing up to the strongest motion blur.
     "motion_streak": lambda s: s["motion_streak"],
+    "motion_streak_mid": lambda s: s["motion_streak_mid"],
     "fine_orient_peak": lambda s: s["fine_orient_peak"],
-    "overshoot_all": lambda s: s["overshoot_all"],
-    "log_thin_clip": _log("thin_clip", 1e-4),
-    "colored_clip": lambda s: s["colored_clip"],
-    "colored_anyclip": lambda s: s["colored_anyclip"],
 }
 FR_KEYS = ("fr_mean_shift", "fr_median_shift", "fr_spread_ratio", "fr_contrast_ratio", "fr_fine_gain",
            "fr_mid_gain", "fr_detail_corr", "fr_blur_sigma", "fr_blur_explained", "fr_noise",
@@ -157,7 +153,7 @@ DETECTORS: tuple[Detector, ...] = (
     # adds the orientation contrast of fine detail (``stats.directional_detail``) and its own level map.
     Detector("motion", "Blurs", "motion blur (detail lost along one direction)", ("motion blur",),
              nr=("reblur", "-mid_to_coarse", "-fine_to_mid", "-edge_sharp", "-fine_conc", "motion_streak",
-                 "fine_orient_peak"),
+                 "fine_orient_peak", "motion_streak_mid"),
              fr=("-fr_fine_gain", "-fr_mid_gain", "fr_blur_explained", "-fr_conc_gain", "-fr_detail_corr",
                  "fr_motion_len", "fr_motion_explained"),
              primary="motion_streak", primary_fr="fr_motion_len"),

@@ -302,24 +302,31 @@ def halo_overshoot(y: np.ndarray) -> float:
     return float(over[edges].mean() / rng[edges].mean())
 
 
-# ------------------------------------------------------------------------------------ directional blur, halos, colour clipping
-# Statistics that keep growing up to the strongest damage where the ones above level off: motion blur
-# removes detail along one direction only (the isotropic blur measures see the sharp edges across it),
-# strong sharpening clips its halos (so the overshoot ratio saturates), and a strong saturation boost
-# clips most coloured pixels (not only the already vivid ones).
+# ------------------------------------------------------------------------------------ directional blur
+# Motion blur removes detail along one direction only: the isotropic blur measures above see the sharp
+# edges across it and level off (level-5 motion blur read as level ~2); these keep growing.
 
 ORIENT_BINS = 36  # 5-degree orientation bins of the power spectrum
 _SPECTRUM_GRIDS: dict = {}
 
 
 def _spectrum_grid(h: int, w: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per-frequency radius (cycles/px) and orientation bin of an h x w rfft2, and a Hann window (cached per size)."""
+    """Per-frequency radius (cycles/px) and orientation bin of an h x w DFT, and a Hann window (cached per size)."""
     if (h, w) not in _SPECTRUM_GRIDS:
-        fy, fx = np.fft.fftfreq(h)[:, None], np.fft.rfftfreq(w)[None, :]
+        fy, fx = np.fft.fftfreq(h)[:, None], np.fft.fftfreq(w)[None, :]
         bins = np.minimum((np.mod(np.arctan2(fy, fx), np.pi) / np.pi * ORIENT_BINS).astype(np.int32), ORIENT_BINS - 1)
         window = np.outer(np.hanning(h), np.hanning(w)).astype(np.float32)
-        _SPECTRUM_GRIDS[h, w] = (np.hypot(fy, fx), bins, window)
+        _SPECTRUM_GRIDS[h, w] = (np.hypot(fy, fx).ravel(), bins.ravel(), window)
     return _SPECTRUM_GRIDS[h, w]
+
+
+def _band_bins(h: int, w: int, band: tuple[float, float]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The flat indices of an h x w DFT's frequencies in ``band``, their orientation bins and each bin's count (cached)."""
+    if (h, w, band) not in _SPECTRUM_GRIDS:
+        radius, bins, _ = _spectrum_grid(h, w)
+        idx = np.flatnonzero((radius >= band[0]) & (radius < band[1]))
+        _SPECTRUM_GRIDS[h, w, band] = (idx, bins[idx], np.maximum(np.bincount(bins[idx], minlength=ORIENT_BINS), 1))
+    return _SPECTRUM_GRIDS[h, w, band]
 
 
 def _circular_mean(v: np.ndarray, half: int) -> np.ndarray:
@@ -333,16 +340,16 @@ COARSE_BANDS = ((0.01, 0.05), (0.01, 0.035))
 
 def orientation_spectrum(y: np.ndarray, bands: Sequence[tuple[float, float]]) -> list[np.ndarray]:
     """Mean spectral power per 5-degree orientation bin in each frequency band (cycles/px) of the
-    Hann-windowed luminance (the window keeps the image border from drawing a false cross)."""
+    Hann-windowed luminance (the window keeps the image border from drawing a false cross). OpenCV's DFT:
+    twice as fast as numpy's rfft2 here."""
     h, w = y.shape
-    radius, bins, window = _spectrum_grid(h, w)
-    f = np.fft.rfft2((y - y.mean()) * window)
-    power = f.real ** 2 + f.imag ** 2
+    window = _spectrum_grid(h, w)[2]
+    f = cv2.dft(np.ascontiguousarray((y - y.mean()) * window), flags=cv2.DFT_COMPLEX_OUTPUT)
+    power = (f[..., 0] ** 2 + f[..., 1] ** 2).ravel()
     out = []
-    for lo, hi in bands:
-        m = (radius >= lo) & (radius < hi)
-        total = np.bincount(bins[m], weights=power[m], minlength=ORIENT_BINS)
-        out.append(total / np.maximum(np.bincount(bins[m], minlength=ORIENT_BINS), 1))
+    for band in bands:
+        idx, bins, counts = _band_bins(h, w, band)
+        out.append(np.bincount(bins, weights=power[idx], minlength=ORIENT_BINS) / counts)
     return out
 
 
@@ -365,42 +372,6 @@ def directional_detail(y: np.ndarray) -> tuple[float, float, float]:
     streak = np.log10((fine + 1e-12) / (coarse + 1e-12))
     streak_mid = np.log10((mid + 1e-12) / (coarse_mid + 1e-12))
     return _peak_over_median(streak), _peak_over_median(np.log10(fine + 1e-12)), _peak_over_median(streak_mid)
-
-
-def overshoot_all_edges(y: np.ndarray) -> float:
-    """``halo_overshoot`` over every edge with a visible local range (> 0.03 of full scale), not only the
-    strongest 10 %: strong edges' halos clip at black and white, so their overshoot ratio levels off as the
-    sharpening grows, while moderate edges' halos keep growing."""
-    s = _blur(y, 2.0)
-    kernel = np.ones((7, 7), np.uint8)
-    hi, lo = cv2.dilate(s, kernel), cv2.erode(s, kernel)
-    rng = hi - lo
-    edges = rng > 0.03
-    if np.count_nonzero(edges) < 50:
-        return 0.0
-    over = np.maximum(y - hi, 0) + np.maximum(lo - y, 0)
-    return float(over[edges].mean() / rng[edges].mean())
-
-
-def thin_clipping(y255: np.ndarray) -> float:
-    """Share of pixels whose luminance is clipped (< 1.5 or > 253.5) in lines or dots too thin to hold a
-    3x3 square: sharpening halos clipped along edges. A photo's clipped highlights and shadows are areas."""
-    clipped = ((y255 < 1.5) | (y255 > 253.5)).astype(np.uint8)
-    areas = cv2.morphologyEx(clipped, cv2.MORPH_OPEN, np.ones((3, 3), np.uint8))
-    return float(np.count_nonzero(clipped > areas)) / clipped.size
-
-
-def colored_clipping(xmax: np.ndarray, xmin: np.ndarray) -> tuple[float, float]:
-    """Of the visibly coloured pixels (HSV saturation > 0.15, value > 0.15): the share whose weakest channel
-    is exactly 0 in 8 bits, and the share with any channel at 0 or 255. A saturation boost pushes more and
-    more of them out of gamut as it grows (``hard_saturation_clip`` looks only at the already saturated
-    ones, nearly all clipped from the first level); clean photos clip few of their coloured pixels. The
-    count is shrunk towards 0 (0.2 % of the image added) when few pixels are coloured."""
-    colored = (xmax > 0.15) & (xmax - xmin > 0.15 * xmax)
-    n = float(np.count_nonzero(colored)) + 0.002 * colored.size
-    low = xmin < 0.5 / 255
-    return (float(np.count_nonzero(colored & low)) / n,
-            float(np.count_nonzero(colored & (low | (xmax > 254.5 / 255)))) / n)
 
 
 # ------------------------------------------------------------------------------------ measure
@@ -431,7 +402,6 @@ def measure(image: ImageLike) -> dict[str, float]:
     hard_clip, hard_clip_share = hard_saturation_clip(xmax, xmin)
     local_std = np.sqrt(np.maximum(_blur(y * y, 3.0) - _blur(y, 3.0) ** 2, 0)) * 255
     streak, fine_peak, streak_mid = directional_detail(y)
-    colored_clip, colored_anyclip = colored_clipping(xmax, xmin)
     return {
         # blur / detail
         "lap_var": float(cv2.Laplacian(y255, cv2.CV_32F).var()),
@@ -472,11 +442,8 @@ def measure(image: ImageLike) -> dict[str, float]:
         "colors": float(distinct_colors(x)),
         # sharpening
         "overshoot": halo_overshoot(y),
-        # directional blur, halos, colour clipping (see their block above)
+        # directional blur (see its block above)
         "motion_streak": streak, "fine_orient_peak": fine_peak, "motion_streak_mid": streak_mid,
-        "overshoot_all": overshoot_all_edges(y),
-        "thin_clip": thin_clipping(y255),
-        "colored_clip": colored_clip, "colored_anyclip": colored_anyclip,
     }
 
 
