@@ -349,3 +349,12 @@ def test_directional_detail_grows_with_motion_blur_whatever_its_angle_and_not_wi
         # A line blur keeps fine detail in one orientation only: far above the clean photo and any Gaussian blur.
         assert min(by_length) > 0.9 > 0.5 > max(clean, isotropic), (angle, by_length)
         assert by_length[-1] > by_length[0], (angle, by_length)
+
+
+def test_colored_full_clip_counts_coloured_pixels_driven_to_pure_primaries():
+    x = np.full((40, 40, 3), 0.5, np.float32)  # gray: nothing coloured
+    assert st.colored_full_clip(*st.channel_range(x)) == 0.0
+    x[:20] = (0.6, 0.4, 0.3)    # coloured, in gamut
+    x[20:30] = (0.7, 0.3, 0.0)  # weakest channel clipped only (a vivid colour can be)
+    x[30:35] = (1.0, 0.6, 0.0)  # clipped at both ends: what a strong saturation boost makes
+    assert st.colored_full_clip(*st.channel_range(x)) == pytest.approx(200 / (1400 + 0.002 * 1600))

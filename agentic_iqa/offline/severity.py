@@ -88,6 +88,9 @@ FEATURES: dict[str, Callable[[dict], float]] = {
     "motion_streak": lambda s: s["motion_streak"],
     "motion_streak_mid": lambda s: s["motion_streak_mid"],
     "fine_orient_peak": lambda s: s["fine_orient_peak"],
+    # Over-saturation beyond the first levels (stats.colored_full_clip); the +0.01 offset keeps the vivid
+    # flowers' ~1 % apart from "none" on the log scale (with +0.001 the clean YellowFlower read as slight).
+    "log_colored_full_clip": _log("colored_full_clip", 0.01),
 }
 FR_KEYS = ("fr_mean_shift", "fr_median_shift", "fr_spread_ratio", "fr_contrast_ratio", "fr_fine_gain",
            "fr_mid_gain", "fr_detail_corr", "fr_blur_sigma", "fr_blur_explained", "fr_noise",
@@ -208,7 +211,7 @@ DETECTORS: tuple[Detector, ...] = (
              nr=("-log_chroma_smooth", "-log_colorfulness"), fr=("-fr_chroma_ratio",),
              primary="colorfulness", primary_fr="fr_chroma_ratio", gate=_monochrome),
     Detector("oversaturated", "Color distortions", "over-saturation", ("color saturation 2",),
-             nr=("log_hard_clip", "hard_clip_share", "log_chroma_smooth", "log_colorfulness"),
+             nr=("log_hard_clip", "hard_clip_share", "log_chroma_smooth", "log_colorfulness", "log_colored_full_clip"),
              fr=("fr_chroma_ratio", "fr_log_chroma_err"),
              primary="colorfulness", primary_fr="fr_chroma_ratio", gate=_monochrome),
     Detector("quantized", "Color distortions", "colour banding (too few colours)", ("color quantization",),
