@@ -84,7 +84,7 @@ FEATURES: dict[str, Callable[[dict], float]] = {
     "log_gamut_clip": _log("gamut_clip", 1e-4),
     "log_hard_clip": _log("hard_clip", 1e-4),
     "hard_clip_share": lambda s: s["hard_clip_share"],
-    # Directional blur (stats.py's block "directional blur"): keeps growing up to the strongest motion blur.
+    # Directional blur (stats.py's block "directional blur, pure-primary colour"): grows up to the strongest motion blur.
     "motion_streak": lambda s: s["motion_streak"],
     "motion_streak_mid": lambda s: s["motion_streak_mid"],
     "fine_orient_peak": lambda s: s["fine_orient_peak"],

@@ -14,6 +14,7 @@ Images at or below that size are measured as they are, in 8-bit steps (``in_8bit
 """
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 from typing import Optional, Sequence, Union
 
@@ -302,31 +303,29 @@ def halo_overshoot(y: np.ndarray) -> float:
     return float(over[edges].mean() / rng[edges].mean())
 
 
-# ------------------------------------------------------------------------------------ directional blur
-# Motion blur removes detail along one direction only: the isotropic blur measures above see the sharp
-# edges across it and level off (level-5 motion blur read as level ~2); these keep growing.
+# ------------------------------------------------------------------------------------ directional blur, pure-primary colour
+# Statistics that keep growing up to the strongest damage where the ones above level off. Motion blur
+# removes detail along one direction only: the isotropic blur measures above see the sharp edges across it
+# (level-5 motion blur read as level ~2). A strong saturation boost drives coloured pixels to pure primaries.
 
 ORIENT_BINS = 36  # 5-degree orientation bins of the power spectrum
-_SPECTRUM_GRIDS: dict = {}
 
 
+@lru_cache(maxsize=4)  # bounded: a batch of many image sizes must not keep every size's grids
 def _spectrum_grid(h: int, w: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per-frequency radius (cycles/px) and orientation bin of an h x w DFT, and a Hann window (cached per size)."""
-    if (h, w) not in _SPECTRUM_GRIDS:
-        fy, fx = np.fft.fftfreq(h)[:, None], np.fft.fftfreq(w)[None, :]
-        bins = np.minimum((np.mod(np.arctan2(fy, fx), np.pi) / np.pi * ORIENT_BINS).astype(np.int32), ORIENT_BINS - 1)
-        window = np.outer(np.hanning(h), np.hanning(w)).astype(np.float32)
-        _SPECTRUM_GRIDS[h, w] = (np.hypot(fy, fx).ravel(), bins.ravel(), window)
-    return _SPECTRUM_GRIDS[h, w]
+    """Per-frequency radius (cycles/px) and orientation bin of an h x w DFT (flat), and a Hann window."""
+    fy, fx = np.fft.fftfreq(h)[:, None], np.fft.fftfreq(w)[None, :]
+    bins = np.minimum((np.mod(np.arctan2(fy, fx), np.pi) / np.pi * ORIENT_BINS).astype(np.int32), ORIENT_BINS - 1)
+    window = np.outer(np.hanning(h), np.hanning(w)).astype(np.float32)
+    return np.hypot(fy, fx).ravel(), bins.ravel(), window
 
 
+@lru_cache(maxsize=16)
 def _band_bins(h: int, w: int, band: tuple[float, float]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The flat indices of an h x w DFT's frequencies in ``band``, their orientation bins and each bin's count (cached)."""
-    if (h, w, band) not in _SPECTRUM_GRIDS:
-        radius, bins, _ = _spectrum_grid(h, w)
-        idx = np.flatnonzero((radius >= band[0]) & (radius < band[1]))
-        _SPECTRUM_GRIDS[h, w, band] = (idx, bins[idx], np.maximum(np.bincount(bins[idx], minlength=ORIENT_BINS), 1))
-    return _SPECTRUM_GRIDS[h, w, band]
+    """The flat indices of an h x w DFT's frequencies in ``band``, their orientation bins and each bin's count."""
+    radius, bins, _ = _spectrum_grid(h, w)
+    idx = np.flatnonzero((radius >= band[0]) & (radius < band[1]))
+    return idx, bins[idx], np.maximum(np.bincount(bins[idx], minlength=ORIENT_BINS), 1)
 
 
 def _circular_mean(v: np.ndarray, half: int) -> np.ndarray:
@@ -454,7 +453,7 @@ def measure(image: ImageLike) -> dict[str, float]:
         "colors": float(distinct_colors(x)),
         # sharpening
         "overshoot": halo_overshoot(y),
-        # directional blur (see its block above)
+        # directional blur, pure-primary colour (see their block above)
         "motion_streak": streak, "fine_orient_peak": fine_peak, "motion_streak_mid": streak_mid,
         "colored_full_clip": colored_full_clip(xmax, xmin),
     }
