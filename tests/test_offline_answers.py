@@ -77,6 +77,22 @@ def _with_levels(analyses: dict, **levels) -> dict:
     return out
 
 
+def test_motion_blur_has_its_own_detector_and_is_answered_as_blur(astronaut):
+    # Motion blur keeps edges along its direction sharp: the isotropic blur detector alone gave level-5
+    # motion blur about level 2; its own detector, on directional detail, calls it severe.
+    clean = sv.analyze(astronaut)
+    by_level = {lv: sv.analyze(distort(astronaut, "motion blur", lv, seed=0, key="test")) for lv in (1, 3, 5)}
+    motion = {lv: an["Blurs"].detectors["motion"] for lv, an in by_level.items()}
+    assert clean["Blurs"].severity_of("motion") == "none"
+    assert motion[1] < motion[3] < motion[5] and motion[5] >= 3.5 > by_level[5]["Blurs"].detectors["blur"], motion
+    quality = [sv.expected_level(sv.level_distribution(an)) for an in (clean, *by_level.values())]
+    assert quality == sorted(quality, reverse=True), quality
+    # "Is it blurry?" asks about blur of any kind: the motion detector's verdict counts.
+    assert _answer("Is it blurry?", by_level[5]).startswith("Yes — blur: ")
+    assert _answer("Is the image sharp? A. Yes B. No", by_level[5]) == "B"
+    assert _answer("Is it blurry? A. Yes B. No", clean) == "B"
+
+
 def test_is_it_blurry_ignores_pixelation(rocket):
     # rocket.jpg was answered "Yes" because of "slight pixelation" (large smooth sky).
     an = _with_levels(sv.analyze(rocket), blur=0.2, pixelate=1.2)

@@ -321,3 +321,40 @@ def test_jpeg_detector_is_gated_off_exact_mosaics_only_with_a_reference(coffee):
     assert jpeg.gate({**st.measure(real_jpeg), **st.measure_fr(real_jpeg, coffee)}) is None
     compression = sv.analyze(mosaic, coffee)["Compression"]
     assert compression.detectors["jpeg"] == 0 and "mosaic" in compression.explanations["jpeg"]
+
+
+# ------------------------------------------------------------------------------------ directional blur, clipping
+
+class _Angle:
+    """A stand-in for synth.motion_blur's generator: the blur's angle, fixed (radians)."""
+
+    def __init__(self, angle: float):
+        self.angle = angle
+
+    def uniform(self, lo, hi):
+        return self.angle
+
+
+def test_directional_detail_grows_with_motion_blur_whatever_its_angle_and_not_with_isotropic_blur(coffee):
+    from agentic_iqa.bench import synth
+
+    def streak(x):
+        return st.directional_detail(st.luma(st.in_8bit_steps(np.clip(x, 0, 1))))[0]
+
+    clean = streak(coffee)
+    isotropic = max(streak(synth.gaussian_blur(coffee, s, None)) for s in (1, 2, 5))
+    assert clean < 0.5 and isotropic < 0.5
+    for angle in (0.0, 0.5, 1.2, 2.0, 2.8):
+        by_length = [streak(synth.motion_blur(coffee, n, _Angle(angle))) for n in (9, 15, 25)]
+        # A line blur keeps fine detail in one orientation only: far above the clean photo and any Gaussian blur.
+        assert min(by_length) > 0.9 > 0.5 > max(clean, isotropic), (angle, by_length)
+        assert by_length[-1] > by_length[0], (angle, by_length)
+
+
+def test_colored_full_clip_counts_coloured_pixels_driven_to_pure_primaries():
+    x = np.full((40, 40, 3), 0.5, np.float32)  # gray: nothing coloured
+    assert st.colored_full_clip(*st.channel_range(x)) == 0.0
+    x[:20] = (0.6, 0.4, 0.3)    # coloured, in gamut
+    x[20:30] = (0.7, 0.3, 0.0)  # weakest channel clipped only (a vivid colour can be)
+    x[30:35] = (1.0, 0.6, 0.0)  # clipped at both ends: what a strong saturation boost makes
+    assert st.colored_full_clip(*st.channel_range(x)) == pytest.approx(200 / (1400 + 0.002 * 1600))

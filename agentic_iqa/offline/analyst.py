@@ -102,7 +102,7 @@ class OfflineRoles:
                 if a is None:
                     continue
                 if asked and cat == "Blurs":  # "blurry" / "sharp" ask about blur, "pixelated" about pixelation
-                    which = blurs_detector(ctx.query)
+                    which = blurs_detector(ctx.query, a)
                     items.append(DistortionAnalysis(type=cat, severity=a.severity_of(which),
                                                     explanation=a.explanations.get(which, a.explanation)))
                 else:
@@ -255,17 +255,23 @@ def answer_question(query: str, plan: PlannerOutput, analyses: dict, fused_level
     return f"The most visible distortion is {worst.category.lower()} ({worst.severity})."
 
 
-def blurs_detector(query: str) -> str:
+def blurs_detector(query: str, analysis=None) -> str:
     """Which detector of the Blurs category a question means: pixelation (KADID's spatial family, which
-    the spec files under Blurs) when it says "pixelated", else blur ("blurry", "sharp", "in focus")."""
-    return "pixelate" if re.search(r"\bpixelat", query, re.I) else "blur"
+    the spec files under Blurs) when it says "pixelated", else blur ("blurry", "sharp", "in focus"): the
+    blur detector's verdict, or the motion-blur detector's when ``analysis`` (the Blurs analysis) measured
+    that one higher (a motion blur is a blur too)."""
+    if re.search(r"\bpixelat", query, re.I):
+        return "pixelate"
+    if analysis is not None and analysis.detectors.get("motion", 0.0) > analysis.detectors.get("blur", 0.0):
+        return "motion"
+    return "blur"
 
 
 def _severity(analyses: dict, category: str, query: str) -> str:
     """A category's severity as a question about it means it: "blurry" is the blur detector's verdict
     alone (pixelation, reported under the same category, is not blur), "pixelated" the pixelation one's."""
     a = analyses[category]
-    return a.severity_of(blurs_detector(query)) if category == "Blurs" else a.severity
+    return a.severity_of(blurs_detector(query, a)) if category == "Blurs" else a.severity
 
 
 def _name(category: str, query: str) -> str:
