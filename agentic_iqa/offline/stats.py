@@ -138,12 +138,12 @@ def edge_sharpness(y: np.ndarray) -> float:
 def fine_band_concentration(y: np.ndarray) -> float:
     """Share of the fine band's energy held by its strongest 5% of pixels. Linear blur shrinks the band
     everywhere alike; wavelet/DCT quantization zeroes it in smooth areas and keeps it at edges."""
-    e = (y - _blur(y, 1.0)) ** 2
-    flat = np.sort(e.ravel())
-    total = flat.sum()
+    e = (y - _blur(y, 1.0)).ravel() ** 2
+    total = e.sum()
     if total <= 0:
         return 1.0
-    return float(flat[int(0.95 * len(flat)):].sum() / total)
+    k = int(0.95 * len(e))
+    return float(np.partition(e, k)[k:].sum() / total)  # the top 5%'s sum needs no full sort (4x cheaper)
 
 
 # ------------------------------------------------------------------------------------ noise
