@@ -2,6 +2,7 @@
 objects parsed as whole phrases, explanations that never call a clean value a loss, no repeated sentences."""
 from __future__ import annotations
 
+import os
 import re
 
 import numpy as np
@@ -233,3 +234,40 @@ def test_an_fr_explanation_never_quotes_a_value_moving_against_the_damage(astron
     mid, typical = fit["clean"][1], fit["by_level"]["2"]
     text = sv._explain(det, "fr", fit, {"fr_conc_gain": mid - (typical - mid) / 2}, 2.0)
     assert "suggested by the combined measures" in text and "smearing:" not in text, text
+
+
+def test_a_shared_reference_is_measured_once_per_file_version(tmp_path, astronaut, monkeypatch):
+    # A batch comparing many images with one reference measured the reference again for every item.
+    from PIL import Image
+
+    from agentic_iqa import create_assessor
+    from agentic_iqa.offline import analyst
+    from agentic_iqa.offline import stats as st
+
+    ref = tmp_path / "ref.png"
+    Image.fromarray((astronaut * 255).round().astype(np.uint8)).save(ref)
+    damaged = []
+    for i, (kind, level) in enumerate((("gaussian blur", 2), ("contrast decrease", 3), ("white noise", 2))):
+        damaged.append(tmp_path / f"d{i}.png")
+        Image.fromarray((np.clip(distort(astronaut, kind, level), 0, 1) * 255).round().astype(np.uint8)).save(damaged[-1])
+    iqa = create_assessor(offline=True, device="cpu")
+    forget = getattr(analyst, "_REFERENCE_STATS", {}).clear
+    uncached = []
+    for d in damaged:
+        forget()
+        uncached.append(iqa.assess(str(d), reference=str(ref), use_cache=False).score)
+    forget()
+
+    measured = []
+    original = st.measure
+    monkeypatch.setattr(st, "measure", lambda x: measured.append(np.shape(x)) or original(x))
+    cached = [iqa.assess(str(d), reference=str(ref), use_cache=False).score for d in damaged]
+    assert cached == uncached  # the same answers, to the last digit
+    assert len(measured) == len(damaged) + 1  # each image, and the reference once
+
+    # A rewritten reference is a new file version: measured again, and its comparison changes.
+    Image.fromarray((np.clip(distort(astronaut, "gaussian blur", 4), 0, 1) * 255).round().astype(np.uint8)).save(ref)
+    os.utime(ref, ns=(1, 1))
+    measured.clear()
+    again = iqa.assess(str(damaged[0]), reference=str(ref), use_cache=False).score
+    assert len(measured) == 2 and again != cached[0]

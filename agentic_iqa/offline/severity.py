@@ -644,11 +644,12 @@ def analyze_stats(nr: dict, fr: Optional[dict] = None, thresholds: Optional[dict
 
 
 def analyze(image: st.ImageLike, reference: Optional[st.ImageLike] = None,
-            thresholds: Optional[dict] = None) -> dict[str, CategoryAnalysis]:
-    """Measure an image (and, if given, compare it with its reference) and judge every category."""
+            thresholds: Optional[dict] = None, reference_stats: Optional[dict] = None) -> dict[str, CategoryAnalysis]:
+    """Measure an image (and, if given, compare it with its reference) and judge every category.
+    ``reference_stats``: the reference's ``stats.measure``, when already known (a batch sharing one reference)."""
     x = st.as_float_rgb(image)
     nr = st.measure(x)
-    fr = st.measure_fr(x, reference, image_stats=nr) if reference is not None else None
+    fr = st.measure_fr(x, reference, image_stats=nr, reference_stats=reference_stats) if reference is not None else None
     return analyze_stats(nr, fr, thresholds)
 
 
