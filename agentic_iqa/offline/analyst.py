@@ -18,7 +18,6 @@ from __future__ import annotations
 import functools
 import json
 import math
-import os
 import re
 import threading
 from collections import OrderedDict
@@ -71,13 +70,13 @@ class OfflineRoles:
         def measure() -> dict:
             from agentic_iqa.offline import severity
 
-            size, image = _working_pixels(ctx, ctx.image_path)
-            ref_version = _file_version(ctx.reference_path) if ctx.reference_path else None  # before it is read
-            ref_size, reference = _working_pixels(ctx, ctx.reference_path) if ctx.reference_path else (None, None)
+            size, image, _ = _working_pixels(ctx, ctx.image_path)
+            ref_size, reference, ref_hash = (_working_pixels(ctx, ctx.reference_path) if ctx.reference_path
+                                             else (None, None, None))
             if reference is not None and ref_size != size:
                 ctx.trace.add("analyze", "note", "reference size differs from the image: no-reference statistics used")
                 reference = None
-            ref_stats = _reference_stats(ref_version, reference) if reference is not None else None
+            ref_stats = _reference_stats(ref_hash, reference) if reference is not None else None
             return severity.analyze(image, reference, reference_stats=ref_stats)
 
         return ctx.once("offline_analyses", measure)
@@ -193,15 +192,16 @@ def _mode_tools(ctx: AssessmentContext) -> tuple[str, list]:
     return ("FR", fr) if fr else ("NR", ctx.registry.available_tools("NR"))
 
 
-def _working_pixels(ctx: AssessmentContext, path) -> tuple[tuple[int, int], "object"]:
-    """(full size, float RGB H×W×3 at the statistics' working size), through the registry's loader (16-bit,
+def _working_pixels(ctx: AssessmentContext, path) -> tuple[tuple[int, int], "object", str]:
+    """(full size, float RGB H×W×3 at the statistics' working size, the file's content hash), through the
+    registry's loader (its decode cache has the hash already; 16-bit,
     RGBA, CMYK handled). Only the working-size copy is kept: the full-size float copy of a 48 MP photo is
     576 MB, held for the whole assessment when it was kept (the analyses are computed once anyway)."""
     from agentic_iqa.offline.stats import at_working_size
     from iqa_tools import load_image
 
     loaded = load_image(path, max_pixels=ctx.settings.pipeline.max_image_pixels)
-    return loaded.size, at_working_size(loaded.float_pixels())
+    return loaded.size, at_working_size(loaded.float_pixels()), loaded.sha256
 
 
 _REFERENCE_STATS: "OrderedDict[tuple, dict]" = OrderedDict()
@@ -209,26 +209,14 @@ _REFERENCE_STATS_MAX = 8
 _REFERENCE_STATS_LOCK = threading.Lock()
 
 
-def _file_version(path) -> Optional[tuple]:
-    """(real path, size, modification time) of a file, or None when it cannot be stat'ed (its reading
-    reports that)."""
-    try:
-        info = os.stat(path)
-    except OSError:
-        return None
-    return os.path.realpath(path), info.st_size, info.st_mtime_ns
-
-
-def _reference_stats(version: Optional[tuple], pixels) -> dict:
-    """The reference's no-reference statistics, measured once per file version: a batch that compares many
+def _reference_stats(content_hash: str, pixels) -> dict:
+    """The reference's no-reference statistics, measured once per file content: a batch that compares many
     images with one reference measured it again for every item (~45 ms at 512×384, ~180 ms at 1024×768).
-    Keyed by ``_file_version`` taken before the file was read (a rewritten file is measured again) and the
-    working-size shape; a few are kept (bounded), shared by the batch's threads."""
+    Keyed by the loader's content hash (a rewritten file is measured again) and the working-size shape; a
+    few are kept (bounded), shared by the batch's threads."""
     from agentic_iqa.offline.stats import measure
 
-    if version is None:
-        return measure(pixels)
-    key = (*version, tuple(pixels.shape))
+    key = (content_hash, tuple(pixels.shape))
     with _REFERENCE_STATS_LOCK:
         if key in _REFERENCE_STATS:
             _REFERENCE_STATS.move_to_end(key)
