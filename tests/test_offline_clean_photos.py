@@ -74,3 +74,36 @@ def test_bokeh_is_not_called_wavelet_smearing_but_jpeg2000_is(name):
     assert sv.severity_of(clean_level) == "none", clean_level
     # Level-1 JPEG2000 stands well apart from the clean photo (the smeared look alone did not separate them).
     assert sv.analyze(j2k)["Compression"].detectors["j2k"] >= clean_level + 1.5
+
+
+def test_shadow_texture_is_the_detail_left_in_the_darkest_quarter():
+    from agentic_iqa.offline import stats as st
+
+    rng = np.random.default_rng(0)
+    textured = np.clip(60 + 12 * rng.standard_normal((64, 64)), 0, 255).astype(np.float32)
+    flat_black = textured.copy()
+    flat_black[:, :32] = 0.0  # half the frame a flat black background, as a photo may hold
+    assert st.shadow_texture(flat_black) == 0.0
+    assert 10 < st.shadow_texture(textured) < 14
+    # A gamma darkening compresses the dark tones' detail (in 8-bit steps, as a saved file has it).
+    darkened = np.round(255 * (textured / 255) ** 2.0)
+    assert st.shadow_texture(darkened) < 0.5 * st.shadow_texture(textured)
+
+
+def test_a_low_key_photo_with_detailed_shadows_is_not_called_dark_but_darkening_it_is():
+    from agentic_iqa.bench.synth import distort, load_reference
+    from agentic_iqa.offline import stats as st
+
+    # A dark forest (issue 10, part 4: "a dark or low-key photo ... is not a distortion by itself"). Its
+    # shadows keep their texture; the same photo darkened by a gamma loses it and is called under-exposed.
+    x = st.as_float_rgb(DATA / "plasma__Path.jpg")
+    darkened = distort(x, "darken", 1, seed=0, key="test")
+    assert st.measure(darkened)["shadow_texture"] < 0.8 * st.measure(x)["shadow_texture"]
+    clean = sv.analyze(x)
+    assert clean["Brightness change"].severity == "none", clean["Brightness change"].detectors
+    assert sv.expected_level(sv.level_distribution(clean)) >= 4.0
+    assert sv.severity_of(sv.analyze(darkened)["Brightness change"].detectors["dark"]) != "none"
+    # A bright photo with a flat black background (the README's example) is not dark either.
+    astronaut = sv.analyze(load_reference("astronaut"))
+    assert astronaut["Brightness change"].severity == "none"
+    assert sv.expected_level(sv.level_distribution(astronaut)) >= 4.5

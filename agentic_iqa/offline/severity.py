@@ -94,6 +94,20 @@ FEATURES: dict[str, Callable[[dict], float]] = {
     # flowers' ~1 % apart from "none" on the log scale (with +0.001 the clean YellowFlower read as slight).
     "log_colored_full_clip": _log("colored_full_clip", 0.01),
 }
+# Under-exposure judged together with the shadows' detail (stats.shadow_texture): how dark a photo is counts
+# in full only when its darkest quarter is flat, and not at all when it holds >= SHADOW_DETAIL levels of
+# texture. A low-key photo (a dark forest, moss in shade) keeps detail in its shadows; a gamma darkening
+# compresses it. A bright photo with a black, flat background (skimage astronaut) is not dark to begin with.
+SHADOW_DETAIL = 8.0
+
+
+def _flat_shadows(s: dict) -> float:
+    return min(max(1.0 - s["shadow_texture"] / SHADOW_DETAIL, 0.0), 1.0)
+
+
+FEATURES["dark_median_flat"] = lambda s: max(128.0 - s["median_luma"], 0.0) * _flat_shadows(s)
+FEATURES["dark_mean_flat"] = lambda s: max(128.0 - s["mean_luma"], 0.0) * _flat_shadows(s)
+FEATURES["dark_frac_flat"] = lambda s: s["dark_frac"] * _flat_shadows(s)
 FR_KEYS = ("fr_mean_shift", "fr_median_shift", "fr_spread_ratio", "fr_contrast_ratio", "fr_fine_gain",
            "fr_mid_gain", "fr_detail_corr", "fr_blur_sigma", "fr_blur_explained", "fr_noise",
            "fr_chroma_noise_gain", "fr_block_gain", "fr_impulse_gain", "fr_chroma_ratio", "fr_occupancy_ratio",
@@ -217,7 +231,7 @@ DETECTORS: tuple[Detector, ...] = (
              fr=("fr_detail_corr", "fr_overshoot_gain", "fr_mid_gain", "-fr_fine_gain"),
              primary="overshoot", primary_fr="fr_overshoot_gain"),
     Detector("dark", "Brightness change", "under-exposure (too dark)", ("darken",),
-             nr=("-median_luma", "-mean_luma", "dark_frac", "-p95"),
+             nr=("dark_median_flat", "dark_mean_flat", "dark_frac_flat", "-p95"),
              fr=("-fr_median_shift", "-fr_mean_shift"),
              primary="median_luma", primary_fr="fr_median_shift"),
     Detector("bright", "Brightness change", "over-exposure (too bright)", ("brighten",),
