@@ -93,6 +93,9 @@ FEATURES: dict[str, Callable[[dict], float]] = {
     # Over-saturation beyond the first levels (stats.colored_full_clip); the +0.01 offset keeps the vivid
     # flowers' ~1 % apart from "none" on the log scale (with +0.001 the clean YellowFlower read as slight).
     "log_colored_full_clip": _log("colored_full_clip", 0.01),
+    # Black point (stats.py's block "black point"): brightening lifts the darkest tones; a high-key photo's small
+    # dark subject keeps them down where the 5th percentile sees only its bright backdrop.
+    "black_point": lambda s: s["black_point"],
 }
 FR_KEYS = ("fr_mean_shift", "fr_median_shift", "fr_spread_ratio", "fr_contrast_ratio", "fr_fine_gain",
            "fr_mid_gain", "fr_detail_corr", "fr_blur_sigma", "fr_blur_explained", "fr_noise",
@@ -202,7 +205,7 @@ DETECTORS: tuple[Detector, ...] = (
              fr=("-fr_median_shift", "-fr_mean_shift"),
              primary="median_luma", primary_fr="fr_median_shift"),
     Detector("bright", "Brightness change", "over-exposure (too bright)", ("brighten",),
-             nr=("median_luma", "mean_luma", "bright_frac", "p05"),
+             nr=("median_luma", "mean_luma", "bright_frac", "black_point"),
              fr=("fr_median_shift", "fr_mean_shift"),
              primary="median_luma", primary_fr="fr_median_shift"),
     Detector("low_contrast", "Contrast", "contrast loss", ("contrast decrease",),
