@@ -1,7 +1,7 @@
 """Clean photos that are not distortions by themselves: low-key and dark scenes, shallow depth of field,
-large smooth sky, fog or backdrop, naturally saturated flowers (issue 10: a dark forest was "severe
-under-exposure", a bokeh photo "severe wavelet-compression smearing", a smooth sky "pixelation", vivid
-flowers "over-saturation"). The images ship in tests/data/clean_photos
+large smooth sky, fog or backdrop, naturally saturated flowers, a high-key scene (issue 10: a dark forest was
+"severe under-exposure", a bokeh photo "severe wavelet-compression smearing", a smooth sky "pixelation", vivid
+flowers "over-saturation", a white clock on a white wall "over-exposure"). The images ship in tests/data/clean_photos
 (downscaled copies of Debian-packaged photos; licences in its LICENSES.md). They belong to the fitting
 corpus, so this guards the shipped fit against regressions; the held-out figures are in RESULTS.md."""
 from __future__ import annotations
@@ -18,7 +18,7 @@ PHOTOS = sorted(DATA.glob("*.jpg"))
 
 
 def test_the_labelled_set_is_present_with_its_licences():
-    assert len(PHOTOS) == 12, f"tests/data/clean_photos is incomplete: {[p.name for p in PHOTOS]}"
+    assert len(PHOTOS) == 13, f"tests/data/clean_photos is incomplete: {[p.name for p in PHOTOS]}"
     licences = (DATA / "LICENSES.md").read_text()
     assert all(p.name in licences for p in PHOTOS)
 
@@ -107,3 +107,26 @@ def test_a_low_key_photo_with_detailed_shadows_is_not_called_dark_but_darkening_
     astronaut = sv.analyze(load_reference("astronaut"))
     assert astronaut["Brightness change"].severity == "none"
     assert sv.expected_level(sv.level_distribution(astronaut)) >= 4.5
+
+HIGH_KEY = "lomiri__greentock_by_Peter_Nerlich.jpg"
+
+
+def test_a_high_key_photo_is_not_called_over_exposed_but_brightening_it_is():
+    from agentic_iqa.bench.synth import distort
+    from agentic_iqa.offline import stats as st
+
+    x = st.as_float_rgb(DATA / HIGH_KEY)
+    brightened = [distort(x, "brighten", lv, seed=0, key="test") for lv in (1, 3, 5)]
+    clean, *bright = (st.measure(v) for v in [x, *brightened])
+    # A white clock on a white wall: even its 5th percentile lies on the bright wall (as high as a brightened
+    # photo's), but the clock's dark hands keep its black point down; brightening lifts the black point.
+    assert clean["p05"] > 100 > 2 * clean["black_point"], (clean["p05"], clean["black_point"])
+    points = [clean["black_point"]] + [b["black_point"] for b in bright]
+    assert points == sorted(points) and points[1] > points[0] + 5, points
+    analyses = sv.analyze(x)
+    level = analyses["Brightness change"].detectors["bright"]
+    # With the 5th percentile instead of the black point the same corpus fit read it at level 1.72 (score 3.62).
+    assert level < 1.5 and sv.expected_level(sv.level_distribution(analyses)) >= 3.8, level
+    levels = [sv.analyze(v)["Brightness change"].detectors["bright"] for v in brightened]
+    assert level < levels[0] < levels[1] < levels[2], (level, levels)
+    assert sv.severity_of(levels[1]) != "none", levels

@@ -93,6 +93,9 @@ FEATURES: dict[str, Callable[[dict], float]] = {
     # Over-saturation beyond the first levels (stats.colored_full_clip); the +0.01 offset keeps the vivid
     # flowers' ~1 % apart from "none" on the log scale (with +0.001 the clean YellowFlower read as slight).
     "log_colored_full_clip": _log("colored_full_clip", 0.01),
+    # Black point (stats.py's block "black point"): brightening lifts the darkest tones; a high-key photo's small
+    # dark subject keeps them down where the 5th percentile sees only its bright backdrop.
+    "black_point": lambda s: s["black_point"],
 }
 # Under-exposure judged together with the shadows' detail (stats.shadow_texture): how dark a photo is counts
 # in full only when its darkest quarter is flat, and not at all when it holds >= SHADOW_DETAIL levels of
@@ -235,7 +238,7 @@ DETECTORS: tuple[Detector, ...] = (
              fr=("-fr_median_shift", "-fr_mean_shift"),
              primary="median_luma", primary_fr="fr_median_shift"),
     Detector("bright", "Brightness change", "over-exposure (too bright)", ("brighten",),
-             nr=("median_luma", "mean_luma", "bright_frac", "p05"),
+             nr=("median_luma", "mean_luma", "bright_frac", "black_point"),
              fr=("fr_median_shift", "fr_mean_shift"),
              primary="median_luma", primary_fr="fr_median_shift"),
     Detector("low_contrast", "Contrast", "contrast loss", ("contrast decrease",),

@@ -411,6 +411,16 @@ def _chroma_planes(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray
 
 MIN_SIDE = 24  # the noise statistics need whole 8×8 blocks clear of the border
 
+# ------------------------------------------------------------------------------------ black point
+# Brightening lifts the darkest tones most (a gamma < 1, a raised exposure or shadows curve), so the black point
+# rises with it; a high-key photo (a white wall, a bright sky, a pale backdrop) may have hardly any dark area, yet
+# it usually keeps a small dark subject or detail at full depth (a clock's hands, a lamp's fitting, cables).
+# ``black_point`` is the luminance below which BLACK_POINT_PERCENT of the pixels lie: far enough into the tail
+# to see such a small subject (the 5th percentile sees only the bright backdrop), measured in the same call as
+# the other luminance percentiles. The percentile was chosen by nested leave-one-source-out (benchmarks/RESULTS.md,
+# issue 10 part 4).
+BLACK_POINT_PERCENT = 0.1
+
 
 def measure(image: ImageLike) -> dict[str, float]:
     """No-reference statistics of one image (see the module docstring for units and working size)."""
@@ -422,7 +432,7 @@ def measure(image: ImageLike) -> dict[str, float]:
     y255 = y * 255
     f, m, c = band_energies(y)
     block_sigmas = noise_sigma_blocks(y) * 255
-    p = np.percentile(y255, [1, 5, 10, 50, 90, 95, 99])
+    p = np.percentile(y255, [1, 5, 10, 50, 90, 95, 99, BLACK_POINT_PERCENT])
     xmax, xmin = channel_range(x)
     chroma = xmax - xmin
     smooth_chroma = _smooth_chroma(x) * 255
@@ -452,6 +462,7 @@ def measure(image: ImageLike) -> dict[str, float]:
         "mean_luma": float(y255.mean()),
         "p01": float(p[0]), "p05": float(p[1]), "p10": float(p[2]), "median_luma": float(p[3]),
         "p90": float(p[4]), "p95": float(p[5]), "p99": float(p[6]),
+        "black_point": float(p[7]),  # see BLACK_POINT_PERCENT
         "clip_low": float(np.mean(y255 < 2.5)),
         "clip_high": float(np.mean(y255 > 252.5)),
         "dark_frac": float(np.mean(y255 < 25)),
