@@ -93,14 +93,17 @@ GITHUB_RAW = "https://raw.githubusercontent.com"
 
 def _github_file(cache: Path, src: dict, name: str) -> Path:
     """A photo from a GitHub repository at the manifest's commit: downloaded once (bounded in size and time)
-    into the cache, and used only if its SHA-256 is the manifest's. Where github.com cannot be reached, put the
-    file at the path the error names (e.g. from a clone of the repository at that commit)."""
+    into the cache, and used only if its SHA-256 is the manifest's (a download that is not is never kept).
+    Where github.com cannot be reached, put the file at the path the error names (e.g. from a clone of the
+    repository at that commit)."""
     import urllib.request
 
+    from iqa_tools.files import read_regular_file
+
     path = cache / "github" / src["repo"] / src["commit"] / src["where"] / name
-    want = src["sha256"][name]
-    if not path.is_file():
-        url = f"{GITHUB_RAW}/{src['repo']}/{src['commit']}/{src['where']}{name}"
+    url = f"{GITHUB_RAW}/{src['repo']}/{src['commit']}/{src['where']}{name}"
+    downloaded = not path.exists()
+    if downloaded:
         try:
             with urllib.request.urlopen(url, timeout=GITHUB_TIMEOUT) as r:
                 data = r.read(GITHUB_FILE_MAX + 1)
@@ -108,15 +111,20 @@ def _github_file(cache: Path, src: dict, name: str) -> Path:
             raise RuntimeError(f"cannot download {url} ({e}); put the file at {path}") from None
         if len(data) > GITHUB_FILE_MAX:
             raise RuntimeError(f"{url} is larger than {GITHUB_FILE_MAX} bytes; not a corpus photo")
+    else:
+        try:
+            data = read_regular_file(path, str(path), GITHUB_FILE_MAX, "a corpus photo")
+        except ValueError as e:
+            raise RuntimeError(str(e)) from None
+    got, want = hashlib.sha256(data).hexdigest(), src["sha256"][name]
+    if got != want:
+        raise RuntimeError(f"{url if downloaded else path} has SHA-256 {got}, the manifest says {want}"
+                           + ("" if downloaded else ": delete it and run again"))
+    if downloaded:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".part")
         tmp.write_bytes(data)
         tmp.replace(path)
-    if not path.is_file() or path.stat().st_size > GITHUB_FILE_MAX:
-        raise RuntimeError(f"{path} is not a regular file under {GITHUB_FILE_MAX} bytes")
-    got = hashlib.sha256(path.read_bytes()).hexdigest()
-    if got != want:
-        raise RuntimeError(f"{path} has SHA-256 {got}, the manifest says {want}: delete it and run again")
     return path
 
 
