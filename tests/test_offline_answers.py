@@ -221,8 +221,10 @@ def test_pixelated_question_through_the_offline_pipeline(tmp_path, astronaut):
     assert r.answer.startswith("A") and [d.type for d in rows] == ["Blurs"] and rows[0].severity != "none"
 
 
-_FR_QUOTE = re.compile(r"^\w+ [^:]+: .* (-?[\d.]+(?:e[-+]?\d+)?) \(an unchanged copy gives (-?[\d.]+(?:e[-+]?\d+)?)\); "
-                       r"level-\d benchmark damage measured ~(-?[\d.]+(?:e[-+]?\d+)?)\.$")
+_NUM = r"(-?[\d.]+(?:e[-+]?\d+)?)"
+_FR_QUOTE = re.compile(rf"^\w+ [^:]+: .* {_NUM} \(an unchanged copy gives {_NUM}\); "
+                       rf"(?:level-\d benchmark damage measured ~{_NUM}|between level-\d \(~{_NUM}\) and level-\d "
+                       rf"\(~{_NUM}\) benchmark damage)(?:, though its other measures put it at level \d)?\.$")
 
 
 def test_an_fr_explanation_never_quotes_a_value_moving_against_the_damage(astronaut):
@@ -238,8 +240,8 @@ def test_an_fr_explanation_never_quotes_a_value_moving_against_the_damage(astron
                 continue
             m = _FR_QUOTE.match(a.explanation)
             if m:
-                value, mid, typical = (float(g) for g in m.groups())
-                assert (value - mid) * (typical - mid) > 0, a.explanation
+                value, mid, *typical = (float(g) for g in m.groups() if g is not None)
+                assert all((value - mid) * (t - mid) > 0 for t in typical), a.explanation
                 checked += 1
             elif "suggested by the combined measures" in a.explanation:
                 combined += 1
@@ -249,6 +251,24 @@ def test_an_fr_explanation_never_quotes_a_value_moving_against_the_damage(astron
     mid, typical = fit["clean"][1], fit["by_level"]["2"]
     text = sv._explain(det, "fr", fit, {"fr_conc_gain": mid - (typical - mid) / 2}, 2.0)
     assert "suggested by the combined measures" in text and "smearing:" not in text, text
+
+
+def test_an_explanation_quotes_the_benchmark_levels_its_value_lies_between():
+    # With its reference, a level-3 Gaussian blur of chelsea read "Slight blur: fine-detail energy vs the
+    # reference (log10) -0.69 ...; level-2 benchmark damage measured ~-0.348": the quote named only the
+    # verdict's level though the value is nearer level 3's. The quote now brackets the value, and says so
+    # when the combined verdict sits outside that bracket.
+    det = next(d for d in sv.DETECTORS if d.name == "blur")
+    fit = sv.load_thresholds()["fr"]["blur"]
+    l2, l3 = fit["by_level"]["2"], fit["by_level"]["3"]
+    text = sv._explain(det, "fr", fit, {"fr_fine_gain": (l2 + l3) / 2}, 2.0)
+    assert f"between level-2 (~{l2:.3g}) and level-3 (~{l3:.3g}) benchmark damage." in text, text
+    assert "though" not in text
+    text = sv._explain(det, "fr", fit, {"fr_fine_gain": (l3 + fit["by_level"]["4"]) / 2}, 2.0)
+    assert text.startswith("Slight blur") and text.endswith("though its other measures put it at level 2."), text
+    beyond = fit["by_level"]["5"] * 1.5
+    text = sv._explain(det, "fr", fit, {"fr_fine_gain": beyond}, 4.8)
+    assert text.endswith(f"level-5 benchmark damage measured ~{fit['by_level']['5']:.3g}."), text
 
 
 def test_a_shared_reference_is_measured_once_per_file_version(tmp_path, astronaut, monkeypatch):
