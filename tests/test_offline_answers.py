@@ -306,3 +306,18 @@ def test_a_shared_reference_is_measured_once_per_file_version(tmp_path, astronau
     measured.clear()
     again = iqa.assess(str(damaged[0]), reference=str(ref), use_cache=False).score
     assert len(measured) == 2 and again != cached[0]
+
+
+@pytest.mark.parametrize("colour", [(0, 0, 0), (255, 255, 255), (90, 140, 200)])
+def test_a_blank_frame_is_judged_on_its_tone_only(colour):
+    # An all-black frame read "Extreme pixelation ... Extreme wavelet-compression smearing": with no change
+    # anywhere, "unchanged columns" and "detail only on edges" hold trivially. A blank frame has no detail to
+    # judge; what it has is its tone, and it still scores at the bottom.
+    frame = np.empty((120, 160, 3), np.uint8)
+    frame[:] = colour
+    analyses = sv.analyze(frame)
+    found = {a.category for a in analyses.values() if a.severity != "none"}
+    assert found and found <= {"Contrast", "Brightness change", "Color distortions"}, found
+    assert all("blank" in a.explanations[d.name] for a in analyses.values() for d in sv.DETECTORS
+               if d.judges_detail and d.category == a.category), analyses
+    assert sv.expected_level(sv.level_distribution(analyses)) < 1.5

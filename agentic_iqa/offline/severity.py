@@ -142,6 +142,20 @@ class Detector:
     # Whether the gate's samples stay in this detector's fit (as negatives). False where the features say
     # nothing on them (a gray image's saturation) or would be pulled off their scale (a mosaic's JPEG grid).
     fit_gated: bool = False
+    # Whether it judges detail (edges, grain, blocks, colours in use): nothing a blank image has (``_blank``).
+    judges_detail: bool = True
+
+
+BLANK_RMS = 1.0  # RMS contrast (0-255) under one 8-bit step: a single flat tone, not a photo
+
+
+def _blank(s: dict) -> Optional[str]:
+    # A blank frame (all black, all white, one flat colour) read as extreme pixelation and wavelet smearing,
+    # since "no change between columns" and "all detail on the edges" hold trivially. Only its tone can be
+    # judged. Without a reference only: with one, losing all the reference's detail is a real, measured loss.
+    if "fr_fine_gain" not in s and s["rms_contrast"] < BLANK_RMS:
+        return f"the image is blank (one flat tone, RMS contrast {s['rms_contrast']:.2g}): it has no detail to judge"
+    return None
 
 
 def _monochrome(s: dict) -> Optional[str]:
@@ -233,22 +247,22 @@ DETECTORS: tuple[Detector, ...] = (
     Detector("dark", "Brightness change", "under-exposure (too dark)", ("darken",),
              nr=("dark_median_flat", "dark_mean_flat", "dark_frac_flat", "-p95"),
              fr=("-fr_median_shift", "-fr_mean_shift"),
-             primary="median_luma", primary_fr="fr_median_shift"),
+             primary="median_luma", primary_fr="fr_median_shift", judges_detail=False),
     Detector("bright", "Brightness change", "over-exposure (too bright)", ("brighten",),
              nr=("median_luma", "mean_luma", "bright_frac", "black_point"),
              fr=("fr_median_shift", "fr_mean_shift"),
-             primary="median_luma", primary_fr="fr_median_shift"),
+             primary="median_luma", primary_fr="fr_median_shift", judges_detail=False),
     Detector("low_contrast", "Contrast", "contrast loss", ("contrast decrease",),
              nr=("-log_rms_contrast", "-spread", "p01", "-p99", "-log_local_contrast"),
              fr=("-fr_spread_ratio", "-fr_contrast_ratio"),
-             primary="rms_contrast", primary_fr="fr_contrast_ratio"),
+             primary="rms_contrast", primary_fr="fr_contrast_ratio", judges_detail=False),
     Detector("desaturated", "Color distortions", "colour loss (washed out)", ("color saturation 1",),
              nr=("-log_chroma_smooth", "-log_colorfulness"), fr=("-fr_chroma_ratio",),
-             primary="colorfulness", primary_fr="fr_chroma_ratio", gate=_monochrome),
+             primary="colorfulness", primary_fr="fr_chroma_ratio", gate=_monochrome, judges_detail=False),
     Detector("oversaturated", "Color distortions", "over-saturation", ("color saturation 2",),
              nr=("log_hard_clip", "hard_clip_share", "log_chroma_smooth", "log_colorfulness", "log_colored_full_clip"),
              fr=("fr_chroma_ratio", "fr_log_chroma_err"),
-             primary="colorfulness", primary_fr="fr_chroma_ratio", gate=_monochrome),
+             primary="colorfulness", primary_fr="fr_chroma_ratio", gate=_monochrome, judges_detail=False),
     Detector("quantized", "Color distortions", "colour banding (too few colours)", ("color quantization",),
              nr=("occupancy_gap", "-log_colors"), fr=("-fr_occupancy_ratio", "-fr_colors_ratio"),
              primary="colors", primary_fr="fr_colors_ratio"),
@@ -470,7 +484,7 @@ def _nr_only(s: dict) -> dict:
 
 def _raw_level(det: Detector, fit: dict, s: dict) -> tuple[float, Optional[str]]:
     """A detector's capped level before clipping to 0..5 (-1 when its gate rules it out), and the gate's reason."""
-    reason = det.gate(s) if det.gate else None
+    reason = (_blank(s) if det.judges_detail else None) or (det.gate(s) if det.gate else None)
     # Capped: a far extrapolation says "off the scale", not a precise number.
     return (-1.0 if reason else min(max(_detector_level(fit, s), -2.0), 8.0)), reason
 
