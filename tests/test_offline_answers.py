@@ -321,3 +321,15 @@ def test_a_blank_frame_is_judged_on_its_tone_only(colour):
     assert all("blank" in a.explanations[d.name] for a in analyses.values() for d in sv.DETECTORS
                if d.judges_detail and d.category == a.category), analyses
     assert sv.expected_level(sv.level_distribution(analyses)) < 1.5
+
+
+def test_a_value_past_the_clean_range_away_from_the_damage_is_not_called_outside():
+    # Rocket read "No noise judged from the combined measures; noise sigma in flat areas 0.199 alone is outside
+    # what clean training photos measure (0.281-2.39)": less noise than any clean photo, worded like a warning.
+    det = next(d for d in sv.DETECTORS if d.name == "noise")
+    fit = sv.load_thresholds()["nr"]["noise"]
+    lo, _, hi = fit["clean"]
+    quiet = sv._explain(det, "nr", fit, {"noise_flat": lo / 2}, 0.0)
+    assert quiet.startswith("No noise measured:") and "below even what clean training photos measure" in quiet, quiet
+    noisy = sv._explain(det, "nr", fit, {"noise_flat": hi * 1.5}, 0.0)
+    assert "judged from the combined measures" in noisy and "alone is above what clean" in noisy, noisy

@@ -657,7 +657,13 @@ def _explain(det: Detector, mode: str, fit: dict, s: dict, level: float) -> str:
         basis = f"{name} {value:.3g}; clean training photos measure {lo:.3g}-{hi:.3g}"
     if verdict == "none":
         if mode == "nr" and not lo <= value <= hi:
-            return (f"No {det.label} judged from the combined measures; {name} {value:.3g} alone is outside "
+            side = "below" if value < lo else "above"
+            worst = fit.get("by_level", {}).get("5")
+            if worst is not None and (value - mid) * (worst - mid) < 0:
+                # Past the clean range on the side away from the damage ("outside" read like a warning).
+                return (f"No {det.label} measured: {name} {value:.3g}, {side} even what clean training photos "
+                        f"measure ({lo:.3g}-{hi:.3g}).")
+            return (f"No {det.label} judged from the combined measures; {name} {value:.3g} alone is {side} "
                     f"what clean training photos measure ({lo:.3g}-{hi:.3g}).")
         return f"No {det.label} measured: {basis}."
     if mode == "nr" and lo <= value <= hi:
