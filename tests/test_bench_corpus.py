@@ -48,6 +48,14 @@ def test_cbsd68_is_a_well_formed_blind_source():
     assert not {(s.get("repo"), s.get("where")) for s in training.values()} & {(cbsd["repo"], cbsd["where"])}
 
 
+def test_kodak_is_a_fold_now():
+    """Kodak24 was scored blind once (last session) and is spent: the sixth leave-one-source-out source."""
+    m = json.loads(fc.MANIFEST.read_text())
+    training, blind = fc.corpus_sources(m), fc.corpus_sources(m, blind=True)
+    assert set(training) == {"skimage", "kadid", "mate", "plasma", "lomiri", "kodak"} and set(blind) == {"cbsd68"}
+    assert m["sources"]["kodak"]["blind"] is False and len(training["kodak"]["files"]) == 24
+
+
 @pytest.mark.parametrize("type_name", sorted(synth.TYPES))
 def test_alt_ladder_is_new_values_in_the_same_order(type_name):
     t = synth.TYPES[type_name]
