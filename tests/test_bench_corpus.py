@@ -4,6 +4,7 @@ downscaled without upscaling, and the clean offsets come from sources left out o
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -24,10 +25,35 @@ def test_manifest_names_sources_and_licences():
     assert len(m["sources"]) >= 4
     for name, src in m["sources"].items():
         assert src["registry"] in ("PyPI", "Debian", "GitHub") and src["licence"] and src["files"], name
-        if src["registry"] == "GitHub":  # a pinned commit and every file's SHA-256
-            assert len(src["commit"]) == 40 and set(src["sha256"]) == set(src["files"]), name
+        assert len(set(src["files"])) == len(src["files"]), name
+        if src["registry"] == "GitHub":  # a pinned commit (not a branch) and every file's SHA-256
+            assert re.fullmatch(r"[0-9a-f]{40}", src["commit"]) and set(src["sha256"]) == set(src["files"]), name
+            assert all(re.fullmatch(r"[0-9a-f]{64}", h) for h in src["sha256"].values()), name
+            assert src["repo"].count("/") == 1 and src["where"].endswith("/"), name
         else:
             assert src["package"], name
+    # no photo is in two sources, and no GitHub file is named twice (same bytes = same photo)
+    github = [h for src in m["sources"].values() if src["registry"] == "GitHub" for h in src["sha256"].values()]
+    assert len(set(github)) == len(github)
+
+
+def test_cbsd68_is_a_well_formed_blind_source():
+    """CBSD68, 68 colour BSDS300 photos: enough to be a figure, few enough for a ~10 min blind report; research-only
+    terms, so the manifest says it is for evaluation only."""
+    m = json.loads(fc.MANIFEST.read_text())
+    training, blind = fc.corpus_sources(m), fc.corpus_sources(m, blind=True)
+    cbsd = blind["cbsd68"]
+    assert cbsd["blind"] is True and cbsd["registry"] == "GitHub" and 15 <= len(cbsd["files"]) <= 70
+    assert "non-commercial" in cbsd["licence"] and "evaluation only" in cbsd["licence"]
+    assert not {(s.get("repo"), s.get("where")) for s in training.values()} & {(cbsd["repo"], cbsd["where"])}
+
+
+def test_kodak_is_a_fold_now():
+    """Kodak24 was scored blind once (last session) and is spent: the sixth leave-one-source-out source."""
+    m = json.loads(fc.MANIFEST.read_text())
+    training, blind = fc.corpus_sources(m), fc.corpus_sources(m, blind=True)
+    assert set(training) == {"skimage", "kadid", "mate", "plasma", "lomiri", "kodak"} and set(blind) == {"cbsd68"}
+    assert m["sources"]["kodak"]["blind"] is False and len(training["kodak"]["files"]) == 24
 
 
 @pytest.mark.parametrize("type_name", sorted(synth.TYPES))
@@ -161,3 +187,24 @@ def test_github_photos_are_downloaded_once_and_checked_by_sha256(tmp_path, monke
             fc._locate(cache, src, "gone.png")
     finally:
         server.shutdown()
+
+
+def test_fetch_only_writes_working_copies_and_measures_nothing(tmp_path, monkeypatch, capsys):
+    _fake_photo_files(tmp_path, monkeypatch)
+
+    def no_measuring(*a, **k):
+        raise AssertionError("--fetch-only measured something")
+
+    monkeypatch.setattr(fc, "measure_corpus", no_measuring)
+    monkeypatch.setattr(fc, "evaluate", no_measuring)
+    cache = tmp_path / "cache"
+    assert fc.main(["--fetch-only", "--cache", str(cache), "--size", "64", "--json", str(tmp_path / "loso.json"),
+                    "--out", str(tmp_path / "th.json"), "--blind-json", str(tmp_path / "blind.json")]) == 0
+    m = json.loads(fc.MANIFEST.read_text())
+    for blind, folder in ((False, "64"), (True, "blind-64")):
+        want = {f"{name}__{Path(f).stem}.png" for name, src in fc.corpus_sources(m, blind).items() for f in src["files"]}
+        assert {p.name for p in (cache / "work" / folder).iterdir()} == want
+    assert not (cache / "stats").exists() and not list(tmp_path.glob("*.json"))
+    out = capsys.readouterr().out
+    n_blind = sum(len(src["files"]) for src in fc.corpus_sources(m, blind=True).values())
+    assert f"blind: {n_blind} photos" in out and "grayscale: none" in out
