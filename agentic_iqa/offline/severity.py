@@ -532,7 +532,7 @@ def _raw_level(det: Detector, fit: dict, s: dict) -> tuple[float, Optional[str]]
         p = discount_probability(fit, s)
         if level >= SEVERITY_EDGES[0] > level * p:
             reason = (f"its measures fit a blur of the reference better (probability of {det.label} "
-                      f"{p:.2f}; level {level:.2f} before)")
+                      f"{p:.2g}; level {level:.2f} before)")
         level *= p
     return level, reason
 
