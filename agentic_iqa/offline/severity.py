@@ -159,6 +159,7 @@ class Discount:
     moves smoothly with the evidence."""
     confusers: tuple[str, ...]
     features: tuple[str, ...]
+    confused_with: str  # for explanations: what the confusers have in common
 
 
 def _monochrome(s: dict) -> Optional[str]:
@@ -236,7 +237,7 @@ DETECTORS: tuple[Detector, ...] = (
              # JPEG2000 against the three blurs on those measures, with the fine-detail loss (how far each
              # damage has gone), scales the level.
              fr_discount=Discount(("gaussian blur", "lens blur", "motion blur"),
-                                  ("fr_log_unexplained", "fr_conc_gain", "fr_fine_gain"))),
+                                  ("fr_log_unexplained", "fr_conc_gain", "fr_fine_gain"), "a blur of the reference")),
     # One noise detector per kind of noise, on the same measures: a single one had to map four level
     # scales onto one score, so level-1 impulse noise (already far from clean) read as level 3 while
     # level-5 white noise read lower; each kind's own monotone map keeps levels comparable across types.
@@ -381,8 +382,9 @@ def fit_all(samples: Sequence[tuple[dict, Optional[str], int]], ridge: float = R
             w = np.where(pos, 0.5 / max(pos.sum(), 1), 0.5 / max((~pos).sum(), 1))
             fit = fit_detector(x, y, w, ridge)
             fit["features"] = list(names)
-            if mode == "fr" and det.fr_discount is not None:
-                fit["discount"] = fit_discount(det, det.fr_discount, mode_samples)
+            discount = fit_discount(det, det.fr_discount, mode_samples) if mode == "fr" and det.fr_discount else None
+            if discount is not None:
+                fit["discount"] = discount
             fit["clean"] = _clean_range(det, mode, rows)
             fit["by_level"] = _primary_by_level(det, mode, rows)
             out[mode][det.name] = fit
@@ -390,12 +392,13 @@ def fit_all(samples: Sequence[tuple[dict, Optional[str], int]], ridge: float = R
 
 
 def fit_discount(det: Detector, discount: Discount, samples: Sequence[tuple[dict, Optional[str], int]],
-                 l2: Optional[float] = None) -> dict:
+                 l2: Optional[float] = None) -> Optional[dict]:
     """The logistic regression of ``Discount`` (own types against confusers, every level, classes weighted
-    equally; the category model's fixed L2, not tuned)."""
+    equally; the category model's fixed L2, not tuned). None when the samples lack either side (a fit on a
+    few types only): the detector then keeps its level undiscounted."""
     rows = [(s, t in det.types) for s, t, _ in samples if t in det.types or t in discount.confusers]
     if not any(own for _, own in rows) or all(own for _, own in rows):
-        raise ValueError(f"{det.name}: fitting its discount needs samples of {det.types} and of {discount.confusers}")
+        return None
     x = np.array([[feature_value(f, s) for f in discount.features] for s, _ in rows], dtype=float)
     mean, std = x.mean(axis=0), x.std(axis=0)
     std[std < 1e-9] = 1.0
@@ -522,7 +525,8 @@ def _nr_only(s: dict) -> dict:
 
 
 def _raw_level(det: Detector, fit: dict, s: dict) -> tuple[float, Optional[str]]:
-    """A detector's capped level before clipping to 0..5 (-1 when its gate rules it out), and the gate's reason."""
+    """A detector's capped level before clipping to 0..5 (-1 when its gate rules it out; scaled by its
+    ``Discount``'s probability where it has one), and the reason when the gate or the discount rules it out."""
     reason = det.gate(s) if det.gate else None
     if reason:
         return -1.0, reason
@@ -531,7 +535,7 @@ def _raw_level(det: Detector, fit: dict, s: dict) -> tuple[float, Optional[str]]
     if "discount" in fit and level > 0:
         p = discount_probability(fit, s)
         if level >= SEVERITY_EDGES[0] > level * p:
-            reason = (f"its measures fit a blur of the reference better (probability of {det.label} "
+            reason = (f"its measures fit {det.fr_discount.confused_with} better (probability of {det.label} "
                       f"{p:.2g}; level {level:.2f} before)")
         level *= p
     return level, reason
