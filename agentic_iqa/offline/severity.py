@@ -124,6 +124,9 @@ FEATURES["fr_log_impulse_gain"] = lambda s: math.log10(max(s["fr_impulse_gain"],
 FEATURES["fr_log_block_gain"] = lambda s: math.log10(max(s["fr_block_gain"], 0.0) + 0.01)
 FEATURES["fr_log_jpeg_grid_gain"] = lambda s: math.log10(max(s["fr_jpeg_grid_gain"], 0.0) + 0.01)
 FEATURES["fr_log_chroma_err"] = _log("fr_chroma_err", 0.1)
+# How much of the image's difference from the reference no blur of the reference explains (log10; the better of
+# the Gaussian and the line fit): a blur, motion blur included, leaves a few per cent, wavelet quantization ~20-75 %.
+FEATURES["fr_log_unexplained"] = lambda s: math.log10(1.01 - max(s["fr_blur_explained"], s["fr_motion_explained"]))
 
 
 # ------------------------------------------------------------------------------------ detectors
@@ -144,6 +147,21 @@ class Detector:
     fit_gated: bool = False
     # Whether it judges detail (edges, grain, blocks, colours in use): nothing a blank image has (``_blank``).
     judges_detail: bool = True
+    # With a reference: damage this detector is confused with (``Discount``); its level is scaled by the fitted
+    # probability that the damage is its own rather than one of those.
+    fr_discount: Optional["Discount"] = None
+
+
+@dataclass(frozen=True)
+class Discount:
+    """A continuous gate, fitted (``fit_discount``): a logistic regression on ``features`` of the detector's own
+    types (all levels) against ``confusers``; the detector's level is multiplied by its probability of the
+    detector's own damage. A threshold gate switches between levels of one damage type (it gated FR motion blur
+    from level 2 on, where the line fit works, but not level 1, which then scored below level 2); a probability
+    moves smoothly with the evidence."""
+    confusers: tuple[str, ...]
+    features: tuple[str, ...]
+    confused_with: str  # for explanations: what the confusers have in common
 
 
 BLANK_RMS = 1.0  # RMS contrast (0-255) under one 8-bit step: a single flat tone, not a photo
@@ -188,7 +206,8 @@ def _blurred_reference(s: dict) -> Optional[str]:
     # held-out Gaussian and lens blur were also reported as "wavelet-compression smearing" in 140 and 184 of
     # 255 cases. Those samples stay in the fit as negatives (``fit_gated``), so it keeps learning that blur is
     # not wavelet smearing. (Motion blur is not gated by its line fit: ungating level 1, where no line is
-    # short enough to fit, while gating level 2 made level 1 score below level 2.)
+    # short enough to fit, while gating level 2 made level 1 score below level 2; the j2k detector's
+    # ``Discount`` handles it instead.)
     if s.get("fr_blur_explained", 0.0) > 0.95:
         return "a Gaussian blur of the reference explains the difference: a blur, not wavelet smearing"
     return None
@@ -224,7 +243,15 @@ DETECTORS: tuple[Detector, ...] = (
     Detector("j2k", "Compression", "wavelet-compression smearing", ("jpeg2000",),
              nr=("reblur", "fine_conc", "-edge_sharp", "log_dead_flat"),
              fr=("fr_conc_gain", "-fr_fine_gain", "-fr_blur_explained"),
-             primary="fine_conc", primary_fr="fr_conc_gain", gate=_blurred_reference, fit_gated=True),
+             primary="fine_conc", primary_fr="fr_conc_gain", gate=_blurred_reference, fit_gated=True,
+             # Motion blur keeps the edges along its direction, so no single Gaussian blur explains it (> 0.95
+             # of it, as for Gaussian and lens blur): held out it was also called wavelet smearing in 200 of
+             # 255 cases. A blur of the reference (the line fit or the Gaussian one) explains all but a few
+             # per cent of any blur, wavelet smearing keeps detail concentrated on edges: the probability of
+             # JPEG2000 against the three blurs on those measures, with the fine-detail loss (how far each
+             # damage has gone), scales the level.
+             fr_discount=Discount(("gaussian blur", "lens blur", "motion blur"),
+                                  ("fr_log_unexplained", "fr_conc_gain", "fr_fine_gain"), "a blur of the reference")),
     # One noise detector per kind of noise, on the same measures: a single one had to map four level
     # scales onto one score, so level-1 impulse noise (already far from clean) read as level 3 while
     # level-5 white noise read lower; each kind's own monotone map keeps levels comparable across types.
@@ -369,10 +396,39 @@ def fit_all(samples: Sequence[tuple[dict, Optional[str], int]], ridge: float = R
             w = np.where(pos, 0.5 / max(pos.sum(), 1), 0.5 / max((~pos).sum(), 1))
             fit = fit_detector(x, y, w, ridge)
             fit["features"] = list(names)
+            discount = fit_discount(det, det.fr_discount, mode_samples) if mode == "fr" and det.fr_discount else None
+            if discount is not None:
+                fit["discount"] = discount
             fit["clean"] = _clean_range(det, mode, rows)
             fit["by_level"] = _primary_by_level(det, mode, rows)
             out[mode][det.name] = fit
     return out
+
+
+def fit_discount(det: Detector, discount: Discount, samples: Sequence[tuple[dict, Optional[str], int]],
+                 l2: Optional[float] = None) -> Optional[dict]:
+    """The logistic regression of ``Discount`` (own types against confusers, every level, classes weighted
+    equally; the category model's fixed L2, not tuned). None when the samples lack either side (a fit on a
+    few types only): the detector then keeps its level undiscounted."""
+    rows = [(s, t in det.types) for s, t, _ in samples if t in det.types or t in discount.confusers]
+    if not any(own for _, own in rows) or all(own for _, own in rows):
+        return None
+    x = np.array([[feature_value(f, s) for f in discount.features] for s, _ in rows], dtype=float)
+    mean, std = x.mean(axis=0), x.std(axis=0)
+    std[std < 1e-9] = 1.0
+    coef = _softmax_regression((x - mean) / std, np.array([int(own) for _, own in rows]), 2,
+                               CATEGORY_L2 if l2 is None else l2)
+    # Two classes: only the difference of their logits matters.
+    return {"features": list(discount.features), "mean": mean.tolist(), "std": std.tolist(),
+            "coef": (coef[:-1, 1] - coef[:-1, 0]).tolist(), "intercept": float(coef[-1, 1] - coef[-1, 0]), "n": len(rows)}
+
+
+def discount_probability(fit: dict, s: dict) -> float:
+    """The fitted probability (``fit_discount``) that the damage in ``s`` is the detector's own."""
+    d = fit["discount"]
+    z = (np.array([feature_value(f, s) for f in d["features"]]) - np.array(d["mean"])) / np.array(d["std"])
+    logit = float(z @ np.array(d["coef"]) + d["intercept"])
+    return 1.0 / (1.0 + math.exp(-min(max(logit, -50.0), 50.0)))
 
 
 CLEAN_QUANTILE = 90  # a level that this share of clean photos from unseen sources stays under is not damage
@@ -483,10 +539,21 @@ def _nr_only(s: dict) -> dict:
 
 
 def _raw_level(det: Detector, fit: dict, s: dict) -> tuple[float, Optional[str]]:
-    """A detector's capped level before clipping to 0..5 (-1 when its gate rules it out), and the gate's reason."""
+    """A detector's capped level before clipping to 0..5 (-1 when a gate rules it out: ``_blank`` or its own;
+    scaled by its ``Discount``'s probability where it has one), and the reason when a gate or the discount
+    rules it out."""
     reason = (_blank(s) if det.judges_detail else None) or (det.gate(s) if det.gate else None)
+    if reason:
+        return -1.0, reason
     # Capped: a far extrapolation says "off the scale", not a precise number.
-    return (-1.0 if reason else min(max(_detector_level(fit, s), -2.0), 8.0)), reason
+    level = min(max(_detector_level(fit, s), -2.0), 8.0)
+    if "discount" in fit and level > 0:
+        p = discount_probability(fit, s)
+        if level >= SEVERITY_EDGES[0] > level * p:
+            reason = (f"its measures fit {det.fr_discount.confused_with} better (probability of {det.label} "
+                      f"{p:.2g}; level {level:.2f} before)")
+        level *= p
+    return level, reason
 
 
 def detector_levels(thresholds: dict, mode: str, s: dict) -> list[float]:
