@@ -413,7 +413,7 @@ def fetch_only(cache: Path, size: int) -> int:
         photos = build_corpus(cache, size, blind=blind)
         per_source = {s: sum(p["source"] == s for p in photos) for s in dict.fromkeys(p["source"] for p in photos)}
         gray = [f"{p['source']}/{p['name']}" for p in photos if p["gray"]]
-        where = cache / "work" / (f"blind-{size}" if blind else str(size))
+        where = ", ".join(sorted({str(Path(p["path"]).parent) for p in photos}))  # as build_corpus wrote them
         print(f"{'blind' if blind else 'training'}: {len(photos)} photos {per_source} in {where}; "
               f"grayscale: {', '.join(gray) or 'none'}", flush=True)
     return 0
