@@ -19,7 +19,10 @@ and scores them with the fit it is given (``--thresholds``, the shipped ``thresh
 which must not name a blind source among the ones it was fitted on) under both ladders, NR and FR, with
 ``evaluate``; it writes ``--blind-json`` (default benchmarks/corpus/blind.json) and fits nothing. Run it
 once, with the final fit: a figure looked at to choose anything is no longer blind. A blind source once scored is
-spent: it becomes a leave-one-source-out source (``"blind": false``) and a new source is the blind one.
+spent: it becomes a leave-one-source-out source (``"blind": false``) and a new source is the blind one, unless its
+terms allow evaluation only (research-only photos are never fitted on): then it keeps ``"blind": true``, gains a
+``"spent"`` note (when it was scored, what was looked at) and the report scores it under its own label, held out but
+not blind. The report gives every source on its own.
 ``--fetch-only`` fetches and checks every file and writes the working copies, training and blind, and measures and
 scores nothing: a new blind source is checked with it (grayscale flags, counts) without any figure of it.
 
@@ -384,26 +387,38 @@ def _shown(path: Path) -> str:
         return str(path)
 
 
+def blind_status(src: dict) -> str:
+    """"blind" until a report has been looked at; then "spent" (held out, still never fitted on, but not blind)."""
+    return "spent" if src.get("spent") else "blind"
+
+
 def blind_report(cache: Path, size: int, thresholds_path: Path, workers: int) -> dict:
-    """Measure the blind sources and score them with a finished fit (nothing is fitted here)."""
+    """Measure the blind sources and score each with a finished fit (nothing is fitted here)."""
     th = sv.load_thresholds(str(thresholds_path))
     fitted_on = set(th.get("provenance", {}).get("sources", []))
     if fitted_on & blind_source_names():
         raise ValueError(f"{thresholds_path} was fitted on blind source(s) {sorted(fitted_on & blind_source_names())}: "
                          "its blind figures would not be blind")
+    sources = corpus_sources(json.loads(MANIFEST.read_text()), blind=True)
     photos = build_corpus(cache, size, blind=True)
     if not photos:
         raise ValueError(f"{MANIFEST} names no blind source")
     print(f"blind: {len(photos)} photos from {sorted({p['source'] for p in photos})}; measuring...", flush=True)
     measured = measure_corpus(photos, cache, workers, f"blind-{size}")
     return {
-        "protocol": "Blind sources (manifest \"blind\": true): in no fit and no leave-one-source-out fold, looked at by "
-                    "no design decision. Scored once with the fit named here, under the 'fit' and 'alt' ladders "
-                    "(fit_corpus.evaluate: analyst alone, no IQA tools).",
+        "protocol": "Blind sources (manifest \"blind\": true): in no fit and no leave-one-source-out fold. Status "
+                    "\"blind\": looked at by no design decision, scored once with the fit named here; \"spent\": "
+                    "scored before and looked at since (the manifest's \"spent\" says what), so held out but not blind. "
+                    "Each source is scored on its own under the 'fit' and 'alt' ladders (fit_corpus.evaluate: analyst "
+                    "alone, no IQA tools).",
         "thresholds": {"path": _shown(thresholds_path), "provenance": th.get("provenance")},
         "measure_code_key": _code_key(),
         "photos": [{k: p[k] for k in ("source", "name", "gray")} for p in photos],
-        **{lad: evaluate(photos, measured, th, lad) for lad in LADDERS},
+        "sources": {
+            name: {"status": blind_status(src), "n_photos": len(idx),
+                   **{lad: evaluate([photos[i] for i in idx], [measured[i] for i in idx], th, lad) for lad in LADDERS}}
+            for name, src in sources.items() if (idx := [i for i, p in enumerate(photos) if p["source"] == name])
+        },
     }
 
 
@@ -444,9 +459,9 @@ def main(argv=None) -> int:
         return fetch_only(cache, args.size)
     if args.blind_report:
         report = blind_report(cache, args.size, Path(args.thresholds), args.workers)
-        for lad in LADDERS:
-            r = report[lad]
-            print(f"blind, {lad} ladder: NR intra {r['nr']['intra_srcc']:.3f} all {r['nr']['all_srcc']:.3f} "
+        for (name, r_src), lad in ((item, lad) for item in report["sources"].items() for lad in LADDERS):
+            r = r_src[lad]
+            print(f"{name} ({r_src['status']}, {r_src['n_photos']} photos), {lad} ladder: NR intra {r['nr']['intra_srcc']:.3f} all {r['nr']['all_srcc']:.3f} "
                   f"top1 {r['nr']['top1_l35']:.3f} clean {r['nr']['clean_mean']:.2f} ({r['nr']['clean_below_3_5']:.0%} <3.5) "
                   f"| FR intra {r['fr']['intra_srcc']:.3f} all {r['fr']['all_srcc']:.3f} top1 {r['fr']['top1_l35']:.3f}",
                   flush=True)

@@ -37,22 +37,33 @@ def test_manifest_names_sources_and_licences():
     assert len(set(github)) == len(github)
 
 
-def test_cbsd68_is_a_well_formed_blind_source():
-    """CBSD68, 68 colour BSDS300 photos: enough to be a figure, few enough for a ~10 min blind report; research-only
-    terms, so the manifest says it is for evaluation only."""
+def test_cbsd68_is_spent_and_stays_evaluation_only():
+    """CBSD68 (68 colour BSDS300 photos) was scored blind once and looked at: its research-only terms keep it out of
+    every fit, so it stays a blind-flagged (never fitted) source whose report is labelled spent."""
     m = json.loads(fc.MANIFEST.read_text())
     training, blind = fc.corpus_sources(m), fc.corpus_sources(m, blind=True)
     cbsd = blind["cbsd68"]
-    assert cbsd["blind"] is True and cbsd["registry"] == "GitHub" and 15 <= len(cbsd["files"]) <= 70
+    assert cbsd["blind"] is True and cbsd["registry"] == "GitHub" and len(cbsd["files"]) == 68
     assert "non-commercial" in cbsd["licence"] and "evaluation only" in cbsd["licence"]
+    assert fc.blind_status(cbsd) == "spent" and "scored blind once" in cbsd["spent"].lower()
     assert not {(s.get("repo"), s.get("where")) for s in training.values()} & {(cbsd["repo"], cbsd["where"])}
 
 
+def test_mcmaster_is_the_new_blind_source():
+    """McMaster (18 film-photo crops, 500x500, research terms): unscored, so blind; evaluation only."""
+    m = json.loads(fc.MANIFEST.read_text())
+    mcm = fc.corpus_sources(m, blind=True)["mcmaster"]
+    assert mcm["blind"] is True and fc.blind_status(mcm) == "blind" and len(mcm["files"]) == 18
+    assert mcm["registry"] == "GitHub" and "evaluation only" in mcm["licence"]
+    assert [s for s, src in m["sources"].items() if fc.blind_status(src) == "blind" and src.get("blind")] == ["mcmaster"]
+
+
 def test_kodak_is_a_fold_now():
-    """Kodak24 was scored blind once (last session) and is spent: the sixth leave-one-source-out source."""
+    """Kodak24 was scored blind once (two sessions ago) and is spent: the sixth leave-one-source-out source."""
     m = json.loads(fc.MANIFEST.read_text())
     training, blind = fc.corpus_sources(m), fc.corpus_sources(m, blind=True)
-    assert set(training) == {"skimage", "kadid", "mate", "plasma", "lomiri", "kodak"} and set(blind) == {"cbsd68"}
+    assert set(training) == {"skimage", "kadid", "mate", "plasma", "lomiri", "kodak"}
+    assert set(blind) == {"cbsd68", "mcmaster"}
     assert m["sources"]["kodak"]["blind"] is False and len(training["kodak"]["files"]) == 24
 
 
@@ -150,6 +161,28 @@ def test_blind_report_refuses_a_fit_that_saw_a_blind_source(tmp_path, monkeypatc
     bad.write_text(json.dumps(th))
     with pytest.raises(ValueError, match="fitted on blind source"):
         fc.blind_report(tmp_path / "cache", 64, bad, 1)
+
+
+def test_blind_report_scores_each_source_on_its_own_with_its_status(tmp_path, monkeypatch):
+    """A spent source's figures must not pool into the blind one's: each is evaluated on its own photos only."""
+    _fake_photo_files(tmp_path, monkeypatch)
+    monkeypatch.setattr(fc, "measure_corpus", lambda photos, *a: [{"name": p["name"]} for p in photos])
+    seen = []
+
+    def evaluate(photos, measured, th, ladder):
+        assert [p["name"] for p in photos] == [m["name"] for m in measured]
+        seen.append(({p["source"] for p in photos}, ladder))
+        return {"n": len(photos)}
+
+    monkeypatch.setattr(fc, "evaluate", evaluate)
+    report = fc.blind_report(tmp_path / "cache", 64, sv.THRESHOLDS_PATH, 1)
+    m = json.loads(fc.MANIFEST.read_text())
+    for name, src in fc.corpus_sources(m, blind=True).items():
+        got = report["sources"][name]
+        assert got["status"] == fc.blind_status(src) and got["n_photos"] == len(src["files"])
+        assert all(got[lad] == {"n": len(src["files"])} for lad in fc.LADDERS)
+    assert all(len(sources) == 1 for sources, _ in seen) and len(seen) == 2 * len(report["sources"])
+    assert report["sources"]["cbsd68"]["status"] == "spent" and report["sources"]["mcmaster"]["status"] == "blind"
 
 
 # ------------------------------------------------------------------------------------ GitHub sources
