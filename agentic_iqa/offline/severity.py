@@ -104,33 +104,13 @@ FEATURES: dict[str, Callable[[dict], float]] = {
 SHADOW_DETAIL = 8.0
 
 
-# A dark, flat backdrop behind a well-lit subject (a studio portrait on black, a coyote on snow under a black
-# forest band) has flat shadows too. What sets it apart is its detailed parts (stats.detail_luma): lit, and far
-# brighter than the median. ``_backdrop`` is how sure both hold: the subject's lightness runs from the corpus
-# median at the third darkening level (SUBJECT_DIM) to the clean photos' median (SUBJECT_LIT); the gap is the
-# ratio of the two log-lumas, from the widest a clean corpus photo shows (BACKDROP_GAP) to one unit beyond it.
-# A gamma darkening dims the subject with the rest and keeps the ratio near a clean photo's at its first levels.
-# The constants are those rules applied to the 6 fitting sources (per fold in the held-out figures).
-SUBJECT_DIM, SUBJECT_LIT, BACKDROP_GAP = 82.0, 116.0, 1.59
-
-
 def _flat_shadows(s: dict) -> float:
     return min(max(1.0 - s["shadow_texture"] / SHADOW_DETAIL, 0.0), 1.0)
 
 
-def _backdrop(s: dict) -> float:
-    lit = min(max((s["detail_luma"] - SUBJECT_DIM) / (SUBJECT_LIT - SUBJECT_DIM), 0.0), 1.0)
-    gap = math.log(max(s["median_luma"], 0.5) / 255) / math.log(min(max(s["detail_luma"], 0.5), 254.5) / 255)
-    return lit * min(max(gap - BACKDROP_GAP, 0.0), 1.0)
-
-
-def _unexplained_dark(s: dict) -> float:
-    return _flat_shadows(s) * (1.0 - _backdrop(s))
-
-
-FEATURES["dark_median_flat"] = lambda s: max(128.0 - s["median_luma"], 0.0) * _unexplained_dark(s)
-FEATURES["dark_mean_flat"] = lambda s: max(128.0 - s["mean_luma"], 0.0) * _unexplained_dark(s)
-FEATURES["dark_frac_flat"] = lambda s: s["dark_frac"] * _unexplained_dark(s)
+FEATURES["dark_median_flat"] = lambda s: max(128.0 - s["median_luma"], 0.0) * _flat_shadows(s)
+FEATURES["dark_mean_flat"] = lambda s: max(128.0 - s["mean_luma"], 0.0) * _flat_shadows(s)
+FEATURES["dark_frac_flat"] = lambda s: s["dark_frac"] * _flat_shadows(s)
 FR_KEYS = ("fr_mean_shift", "fr_median_shift", "fr_spread_ratio", "fr_contrast_ratio", "fr_fine_gain",
            "fr_mid_gain", "fr_detail_corr", "fr_blur_sigma", "fr_blur_explained", "fr_noise",
            "fr_chroma_noise_gain", "fr_block_gain", "fr_impulse_gain", "fr_chroma_ratio", "fr_occupancy_ratio",

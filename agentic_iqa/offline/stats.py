@@ -402,16 +402,6 @@ def shadow_texture(y255: np.ndarray, block: int = 8) -> float:
     return float(np.median(sd[np.argsort(m)[: max(len(m) // 4, 1)]]))
 
 
-def detail_luma(y255: np.ndarray, local_std: np.ndarray) -> float:
-    """Mean luma (0-255) weighted by local contrast (``local_std``, same shape): how bright the detailed
-    parts of the image are, the subject and its edges, whatever the key of a flat backdrop. A gamma darkening
-    darkens them with the rest (corpus medians 116 clean, 76 at the third `alt` darkening level, 63 at the
-    fifth); a well-lit subject on a black backdrop keeps them lit (a portrait on black ~100 with a median
-    luma of 14), and so does a bright subject under a dark, flat band (a coyote on snow below a forest)."""
-    total = float(local_std.sum())
-    return float((y255 * local_std).sum() / total) if total > 1e-6 else float(y255.mean())
-
-
 # ------------------------------------------------------------------------------------ measure
 
 
@@ -479,7 +469,6 @@ def measure(image: ImageLike) -> dict[str, float]:
         "bright_frac": float(np.mean(y255 > 230)),
         # shadows (see their block above)
         "shadow_texture": shadow_texture(y255),
-        "detail_luma": detail_luma(y255, local_std),
         # contrast
         "rms_contrast": float(y255.std()),
         "local_contrast": float(np.median(local_std)),
