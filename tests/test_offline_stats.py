@@ -296,6 +296,18 @@ def test_pixelate_and_motion_fits_recover_the_damage(coffee):
     assert st.best_pixelate_fit(yr, yr) == st.best_motion_fit(yr, yr) == (0.0, 0.0)
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_motion_fit_length_lies_between_grid_lengths(coffee, seed):
+    # 12 and 25 px fall between the fit's grid lengths (10/14 and 20/28 px at full size): on the grid alone they
+    # read 10 and 28 px, and on held-out photos a 25 px blur read 20 px like a 20 px one, then milder than it.
+    from agentic_iqa.bench import synth
+
+    yr, rng = st.luma(coffee), np.random.default_rng(seed)
+    for n in (12.0, 20.0, 25.0):
+        length, explained = st.best_motion_fit(st.luma(synth.motion_blur(coffee, n, rng)), yr)
+        assert abs(length - n) <= 0.1 * n and explained > 0.9, (n, length, explained)
+
+
 @pytest.mark.parametrize("type_name, params", [("pixelate", _BLOCKS), ("motion blur", _LENGTHS)])
 def test_fr_analyst_quality_falls_with_every_level(coffee, type_name, params):
     # Issue 10 part 6: an 8 px mosaic drew JPEG's grid exactly and the JPEG detector went off its scale
