@@ -655,5 +655,8 @@ def measure_fr(image: ImageLike, reference: ImageLike, image_stats: Optional[dic
         "fr_flat_gain": d["flat_frac"] - r["flat_frac"],
         "fr_grid_gain": d["grid_sparsity"] - r["grid_sparsity"],
         "fr_colors_ratio": float(np.log10(max(d["colors"], 1) / max(r["colors"], 1))),
+        # Colours pushed to pure primaries/secondaries that were not: keeps growing with a saturation boost of a
+        # photo whose colours already sit at the gamut edge, where the chroma can hardly rise (fr_chroma_ratio).
+        "fr_colored_clip_gain": d["colored_full_clip"] - r["colored_full_clip"],
         **fr_fidelity(xd, xr, yd, yr),
     }
