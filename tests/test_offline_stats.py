@@ -296,6 +296,38 @@ def test_pixelate_and_motion_fits_recover_the_damage(coffee):
     assert st.best_pixelate_fit(yr, yr) == st.best_motion_fit(yr, yr) == (0.0, 0.0)
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_motion_fit_length_lies_between_grid_lengths(coffee, seed):
+    # 12 and 25 px fall between the fit's grid lengths (10/14 and 20/28 px at full size): on the grid alone they
+    # read 10 and 28 px, and on held-out photos a 25 px blur read 20 px like a 20 px one, then milder than it.
+    from agentic_iqa.bench import synth
+
+    yr, rng = st.luma(coffee), np.random.default_rng(seed)
+    for n in (12.0, 20.0, 25.0):
+        length, explained = st.best_motion_fit(st.luma(synth.motion_blur(coffee, n, rng)), yr)
+        assert abs(length - n) <= 0.1 * n and explained > 0.9, (n, length, explained)
+
+
+def test_fr_colored_clip_gain_grows_with_a_boost_at_the_gamut_edge(coffee):
+    # A reference whose colours already sit at the gamut edge (coffee boosted 3x, in 8 bits): a further boost
+    # barely raises its chroma (fr_chroma_ratio < 0.25 at every factor), but pushes ever more colours to pure
+    # primaries, which the over-saturation detector reads with a reference (mate's Blinds in the corpus).
+    from agentic_iqa.bench import synth
+
+    boost = synth.TYPES["color saturation 2"].apply
+    vivid = (np.round(np.clip(boost(coffee, 3.0, None), 0, 1) * 255) / 255).astype(np.float32)
+    gains = []
+    for factor in (1.4, 1.8, 2.3, 3.0, 4.0):
+        y = (np.round(np.clip(boost(vivid, factor, None), 0, 1) * 255) / 255).astype(np.float32)
+        m = st.measure_fr(y, vivid)
+        assert m["fr_chroma_ratio"] < 0.25, (factor, m["fr_chroma_ratio"])
+        gains.append(m["fr_colored_clip_gain"])
+    assert gains == sorted(gains) and gains[0] > 0.1 and gains[-1] > gains[0] + 0.1, gains
+    assert st.measure_fr(vivid, vivid)["fr_colored_clip_gain"] == 0.0
+    assert abs(st.measure_fr(_img(coffee, "gaussian blur", 3), coffee)["fr_colored_clip_gain"]) < 0.01
+    assert "fr_log_colored_clip_gain" in next(d for d in sv.DETECTORS if d.name == "oversaturated").fr
+
+
 @pytest.mark.parametrize("type_name, params", [("pixelate", _BLOCKS), ("motion blur", _LENGTHS)])
 def test_fr_analyst_quality_falls_with_every_level(coffee, type_name, params):
     # Issue 10 part 6: an 8 px mosaic drew JPEG's grid exactly and the JPEG detector went off its scale

@@ -124,6 +124,8 @@ FEATURES["fr_log_impulse_gain"] = lambda s: math.log10(max(s["fr_impulse_gain"],
 FEATURES["fr_log_block_gain"] = lambda s: math.log10(max(s["fr_block_gain"], 0.0) + 0.01)
 FEATURES["fr_log_jpeg_grid_gain"] = lambda s: math.log10(max(s["fr_jpeg_grid_gain"], 0.0) + 0.01)
 FEATURES["fr_log_chroma_err"] = _log("fr_chroma_err", 0.1)
+# Gain in pure-primary colours (stats.colored_full_clip), on the NR feature's log scale and offset.
+FEATURES["fr_log_colored_clip_gain"] = _log("fr_colored_clip_gain", 0.01)
 # How much of the image's difference from the reference no blur of the reference explains (log10; the better of
 # the Gaussian and the line fit): a blur, motion blur included, leaves a few per cent, wavelet quantization ~20-75 %.
 FEATURES["fr_log_unexplained"] = lambda s: math.log10(1.01 - max(s["fr_blur_explained"], s["fr_motion_explained"]))
@@ -288,7 +290,7 @@ DETECTORS: tuple[Detector, ...] = (
              primary="colorfulness", primary_fr="fr_chroma_ratio", gate=_monochrome, judges_detail=False),
     Detector("oversaturated", "Color distortions", "over-saturation", ("color saturation 2",),
              nr=("log_hard_clip", "hard_clip_share", "log_chroma_smooth", "log_colorfulness", "log_colored_full_clip"),
-             fr=("fr_chroma_ratio", "fr_log_chroma_err"),
+             fr=("fr_chroma_ratio", "fr_log_chroma_err", "fr_log_colored_clip_gain"),
              primary="colorfulness", primary_fr="fr_chroma_ratio", gate=_monochrome, judges_detail=False),
     Detector("quantized", "Color distortions", "colour banding (too few colours)", ("color quantization",),
              nr=("occupancy_gap", "-log_colors"), fr=("-fr_occupancy_ratio", "-fr_colors_ratio"),
