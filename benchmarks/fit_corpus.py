@@ -48,6 +48,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import io
+import itertools
 import json
 import os
 import shutil
@@ -459,7 +460,7 @@ def main(argv=None) -> int:
         return fetch_only(cache, args.size)
     if args.blind_report:
         report = blind_report(cache, args.size, Path(args.thresholds), args.workers)
-        for (name, r_src), lad in ((item, lad) for item in report["sources"].items() for lad in LADDERS):
+        for (name, r_src), lad in itertools.product(report["sources"].items(), LADDERS):
             r = r_src[lad]
             print(f"{name} ({r_src['status']}, {r_src['n_photos']} photos), {lad} ladder: NR intra {r['nr']['intra_srcc']:.3f} all {r['nr']['all_srcc']:.3f} "
                   f"top1 {r['nr']['top1_l35']:.3f} clean {r['nr']['clean_mean']:.2f} ({r['nr']['clean_below_3_5']:.0%} <3.5) "

@@ -163,7 +163,7 @@ def test_blind_report_refuses_a_fit_that_saw_a_blind_source(tmp_path, monkeypatc
         fc.blind_report(tmp_path / "cache", 64, bad, 1)
 
 
-def test_blind_report_scores_each_source_on_its_own_with_its_status(tmp_path, monkeypatch):
+def test_blind_report_scores_each_source_on_its_own_with_its_status(tmp_path, monkeypatch, capsys):
     """A spent source's figures must not pool into the blind one's: each is evaluated on its own photos only."""
     _fake_photo_files(tmp_path, monkeypatch)
     monkeypatch.setattr(fc, "measure_corpus", lambda photos, *a: [{"name": p["name"]} for p in photos])
@@ -172,7 +172,8 @@ def test_blind_report_scores_each_source_on_its_own_with_its_status(tmp_path, mo
     def evaluate(photos, measured, th, ladder):
         assert [p["name"] for p in photos] == [m["name"] for m in measured]
         seen.append(({p["source"] for p in photos}, ladder))
-        return {"n": len(photos)}
+        figures = {"intra_srcc": 0.9, "all_srcc": 0.7, "top1_l35": 0.8, "clean_mean": 4.0, "clean_below_3_5": 0.1}
+        return {"n": len(photos), "nr": figures, "fr": figures}
 
     monkeypatch.setattr(fc, "evaluate", evaluate)
     report = fc.blind_report(tmp_path / "cache", 64, sv.THRESHOLDS_PATH, 1)
@@ -180,9 +181,15 @@ def test_blind_report_scores_each_source_on_its_own_with_its_status(tmp_path, mo
     for name, src in fc.corpus_sources(m, blind=True).items():
         got = report["sources"][name]
         assert got["status"] == fc.blind_status(src) and got["n_photos"] == len(src["files"])
-        assert all(got[lad] == {"n": len(src["files"])} for lad in fc.LADDERS)
+        assert all(got[lad]["n"] == len(src["files"]) for lad in fc.LADDERS)
     assert all(len(sources) == 1 for sources, _ in seen) and len(seen) == 2 * len(report["sources"])
     assert report["sources"]["cbsd68"]["status"] == "spent" and report["sources"]["mcmaster"]["status"] == "blind"
+    # the command prints one line per source and ladder, labelled with its status, and writes the per-source report
+    out = tmp_path / "blind.json"
+    assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "cbsd68 (spent, 68 photos), alt ladder" in printed and "mcmaster (blind, 18 photos), fit ladder" in printed
+    assert set(json.loads(out.read_text())["sources"]) == {"cbsd68", "mcmaster"}
 
 
 # ------------------------------------------------------------------------------------ GitHub sources
