@@ -149,9 +149,10 @@ class Detector:
     fit_gated: bool = False
     # Whether it judges detail (edges, grain, blocks, colours in use): nothing a blank image has (``_blank``).
     judges_detail: bool = True
-    # With a reference: damage this detector is confused with (``Discount``); its level is scaled by the fitted
-    # probability that the damage is its own rather than one of those.
+    # Damage this detector is confused with (``Discount``), with a reference and without: its level is scaled by
+    # the fitted probability that the damage is its own rather than one of those.
     fr_discount: Optional["Discount"] = None
+    nr_discount: Optional["Discount"] = None
 
 
 @dataclass(frozen=True)
@@ -253,7 +254,11 @@ DETECTORS: tuple[Detector, ...] = (
              # JPEG2000 against the three blurs on those measures, with the fine-detail loss (how far each
              # damage has gone), scales the level.
              fr_discount=Discount(("gaussian blur", "lens blur", "motion blur"),
-                                  ("fr_log_unexplained", "fr_conc_gain", "fr_fine_gain"), "a blur of the reference")),
+                                  ("fr_log_unexplained", "fr_conc_gain", "fr_fine_gain"), "a blur of the reference"),
+             # Without a reference a blur was also called wavelet smearing (held out: Gaussian 57, lens 68 of 375
+             # at moderate or worse): the same measures, weighed as JPEG2000 against the three blurs.
+             nr_discount=Discount(("gaussian blur", "lens blur", "motion blur"),
+                                  ("reblur", "fine_conc", "-edge_sharp", "log_dead_flat"), "a blur")),
     # One noise detector per kind of noise, on the same measures: a single one had to map four level
     # scales onto one score, so level-1 impulse noise (already far from clean) read as level 3 while
     # level-5 white noise read lower; each kind's own monotone map keeps levels comparable across types.
@@ -398,7 +403,8 @@ def fit_all(samples: Sequence[tuple[dict, Optional[str], int]], ridge: float = R
             w = np.where(pos, 0.5 / max(pos.sum(), 1), 0.5 / max((~pos).sum(), 1))
             fit = fit_detector(x, y, w, ridge)
             fit["features"] = list(names)
-            discount = fit_discount(det, det.fr_discount, mode_samples) if mode == "fr" and det.fr_discount else None
+            to_discount = det.fr_discount if mode == "fr" else det.nr_discount
+            discount = fit_discount(det, to_discount, mode_samples) if to_discount else None
             if discount is not None:
                 fit["discount"] = discount
             fit["clean"] = _clean_range(det, mode, rows)
@@ -421,7 +427,8 @@ def fit_discount(det: Detector, discount: Discount, samples: Sequence[tuple[dict
     coef = _softmax_regression((x - mean) / std, np.array([int(own) for _, own in rows]), 2,
                                CATEGORY_L2 if l2 is None else l2)
     # Two classes: only the difference of their logits matters.
-    return {"features": list(discount.features), "mean": mean.tolist(), "std": std.tolist(),
+    return {"features": list(discount.features), "confused_with": discount.confused_with,
+            "mean": mean.tolist(), "std": std.tolist(),
             "coef": (coef[:-1, 1] - coef[:-1, 0]).tolist(), "intercept": float(coef[-1, 1] - coef[-1, 0]), "n": len(rows)}
 
 
@@ -552,7 +559,7 @@ def _raw_level(det: Detector, fit: dict, s: dict) -> tuple[float, Optional[str]]
     if "discount" in fit and level > 0:
         p = discount_probability(fit, s)
         if level >= SEVERITY_EDGES[0] > level * p:
-            reason = (f"its measures fit {det.fr_discount.confused_with} better (probability of {det.label} "
+            reason = (f"its measures fit {fit['discount'].get('confused_with', 'another damage')} better (probability of {det.label} "
                       f"{p:.2g}; level {level:.2f} before)")
         level *= p
     return level, reason
