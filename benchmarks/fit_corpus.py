@@ -487,7 +487,7 @@ def main(argv=None) -> int:
                       f"{sv.CLEAN_QUANTILE}); NR levels blend into a positives-only isotonic map between levels {sv.POS_RAMP[0]:g} and "
                       f"{sv.POS_RAMP[1]:g}; severity edges at levels 0.5/2.5/3.5/4.5; category model: multinomial "
                       f"logistic regression on all detector levels (L2 {sv.CATEGORY_L2}, damage at levels >= {sv.CATEGORY_MIN_LEVEL}); "
-                      "FR detectors with a discount (j2k): level times a logistic probability of their own damage against "
+                      "detectors with a discount (j2k, NR and FR, each on its own measures): level times a logistic probability of their own damage against "
                       f"the damage they are confused with (L2 {sv.CATEGORY_L2}, all levels)",
         }
         th = _round({"provenance": provenance, "severity_edges": list(sv.SEVERITY_EDGES), **fitted})
