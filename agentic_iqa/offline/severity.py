@@ -559,7 +559,8 @@ def _raw_level(det: Detector, fit: dict, s: dict) -> tuple[float, Optional[str]]
     if "discount" in fit and level > 0:
         p = discount_probability(fit, s)
         if level >= SEVERITY_EDGES[0] > level * p:
-            reason = (f"its measures fit {fit['discount'].get('confused_with', 'another damage')} better (probability of {det.label} "
+            confused_with = fit["discount"].get("confused_with", "another damage")  # absent from older fits
+            reason = (f"its measures fit {confused_with} better (probability of {det.label} "
                       f"{p:.2g}; level {level:.2f} before)")
         level *= p
     return level, reason
