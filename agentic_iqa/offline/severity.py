@@ -352,12 +352,18 @@ def feature_value(name: str, s: dict) -> float:
     return -FEATURES[name[1:]](s) if name.startswith("-") else FEATURES[name](s)
 
 
+def _mean_std(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Column means and standard deviations to standardize by (a constant column keeps std 1, not 0)."""
+    mean, std = x.mean(axis=0), x.std(axis=0)
+    std[std < 1e-9] = 1.0
+    return mean, std
+
+
 def fit_detector(features: np.ndarray, target: np.ndarray, weight: np.ndarray, ridge: float = RIDGE) -> dict:
     """Weighted ridge regression of the target level on standardized features with non-negative
     weights (each feature's direction is declared, so no weight can flip it to compensate for a
     correlated one), then an isotonic map from the resulting score to the level."""
-    mean, std = features.mean(axis=0), features.std(axis=0)
-    std[std < 1e-9] = 1.0
+    mean, std = _mean_std(features)
     z = (features - mean) / std
     k = z.shape[1]
     sw = np.sqrt(weight / weight.sum())
@@ -422,8 +428,7 @@ def fit_discount(det: Detector, discount: Discount, samples: Sequence[tuple[dict
     if not any(own for _, own in rows) or all(own for _, own in rows):
         return None
     x = np.array([[feature_value(f, s) for f in discount.features] for s, _ in rows], dtype=float)
-    mean, std = x.mean(axis=0), x.std(axis=0)
-    std[std < 1e-9] = 1.0
+    mean, std = _mean_std(x)
     coef = _softmax_regression((x - mean) / std, np.array([int(own) for _, own in rows]), 2,
                                CATEGORY_L2 if l2 is None else l2)
     # Two classes: only the difference of their logits matters.
@@ -535,8 +540,7 @@ def category_model(levels: np.ndarray, categories: Sequence[str], l2: float = CA
     """The category model from detector levels (rows in ``DETECTORS`` order) and each row's category."""
     x = np.asarray(levels, dtype=float)
     y = np.array([DISTORTION_CATEGORIES.index(c) for c in categories])
-    mean, std = x.mean(axis=0), x.std(axis=0)
-    std[std < 1e-9] = 1.0
+    mean, std = _mean_std(x)
     coef = _softmax_regression((x - mean) / std, y, len(DISTORTION_CATEGORIES), l2)
     return {"detectors": [d.name for d in DETECTORS], "categories": list(DISTORTION_CATEGORIES),
             "mean": mean.tolist(), "std": std.tolist(), "coef": coef[:-1].tolist(),
