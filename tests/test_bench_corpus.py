@@ -248,3 +248,20 @@ def test_fetch_only_writes_working_copies_and_measures_nothing(tmp_path, monkeyp
     out = capsys.readouterr().out
     n_blind = sum(len(src["files"]) for src in fc.corpus_sources(m, blind=True).values())
     assert f"blind: {n_blind} photos" in out and "grayscale: none" in out
+
+
+def test_question_benchmark_keys_come_from_the_applied_damage_only():
+    import question_accuracy as qa
+
+    blurry, sharp = "Is the image blurry? A. Yes B. No", "Is the image sharp? A. Yes B. No"
+    assert qa.key(blurry, "lens blur", 3) is True and qa.key(sharp, "lens blur", 3) is False
+    assert qa.key(blurry, None, 0) is False and qa.key(sharp, None, 0) is True
+    assert qa.key(blurry, "white noise", 5) is False
+    assert qa.key(blurry, "jpeg2000", 5) is None          # the same symptom: not scored
+    assert qa.key(blurry, "gaussian blur", 2) is None     # levels 1-2 may not be visible
+    good, degraded = "Is the image of good quality? A. Yes B. No", "Is this image degraded? A. Yes B. No"
+    assert (qa.key(good, None, 0), qa.key(good, "darken", 4), qa.key(good, "darken", 3)) == (True, False, None)
+    assert (qa.key(degraded, None, 0), qa.key(degraded, "jpeg", 5)) == (False, True)
+    # Every question's damage is a benchmark type, so no key silently never says Yes.
+    assert all(asks <= set(synth.TYPES) and lookalike <= set(synth.TYPES)
+               for asks, lookalike, _ in qa.DISTORTION_QUESTIONS.values())

@@ -11,6 +11,7 @@ import pytest
 from agentic_iqa.agents.planner_rules import asks_sharpness, rule_plan
 from agentic_iqa.bench.synth import distort, load_reference
 from agentic_iqa.offline import severity as sv
+from agentic_iqa.fusion import level_letter
 from agentic_iqa.offline.analyst import answer_question
 
 
@@ -383,3 +384,50 @@ def test_a_value_past_the_clean_range_away_from_the_damage_is_not_called_outside
     assert quiet.startswith("No noise measured:") and "below even what clean training photos measure" in quiet, quiet
     noisy = sv._explain(det, "nr", fit, {"noise_flat": hi * 1.5}, 0.0)
     assert "judged from the combined measures" in noisy and "alone is above what clean" in noisy, noisy
+
+
+# ── a question asks about what it names, not about its whole category ──────────────────────────────
+
+def test_too_bright_is_asked_of_over_exposure_and_too_dark_of_under_exposure(astronaut):
+    # "Is the image too bright?" was answered from the category "Brightness change", which an under-exposure
+    # fills too: a darkened photo was "too bright" (held out: 187 of 225 darkened photos at levels 3-5, NR).
+    dark = sv.analyze(distort(astronaut, "darken", 4))
+    assert dark["Brightness change"].severity_of("dark") != "none"
+    assert _answer("Is the image too bright? A. Yes B. No", dark) == "B"
+    assert _answer("Is the image over-exposed?", dark) == "No — over-exposure: none"
+    assert _answer("Is the image too dark? A. Yes B. No", dark) == "A"
+    assert _answer("Is the image too dark?", dark).startswith("Yes — under-exposure: ")
+    # A question naming neither asks about the whole category; naming both asks about either.
+    assert _answer("Is the exposure wrong? A. Yes B. No", dark) == "A"
+    assert _answer("Is it too dark or too bright?", dark).startswith("Yes — under-exposure or over-exposure: ")
+
+
+def test_a_colour_question_is_asked_of_the_colour_damage_it_names(astronaut):
+    # "Are the colours over-saturated?" was answered from "Color distortions": a washed-out photo was over-saturated.
+    washed = sv.analyze(distort(astronaut, "color saturation 1", 4))
+    assert washed["Color distortions"].severity_of("desaturated") != "none"
+    assert _answer("Are the colours over-saturated? A. Yes B. No", washed) == "B"
+    assert _answer("Is the image desaturated? A. Yes B. No", washed) == "A"
+    assert _answer("Is there colour banding?", washed) == "No — colour banding: none"
+
+
+def test_a_quality_yes_no_question_is_answered_from_the_level_not_the_option_order(astronaut):
+    # With no distortion named, a yes/no question was answered by its first option: "Is the image of good quality?"
+    # was Yes on every extreme blur, "Is this image degraded?" Yes on every clean photo.
+    clean, blurred = sv.analyze(astronaut), sv.analyze(distort(astronaut, "gaussian blur", 5))
+    for analyses, good in ((clean, True), (blurred, False)):
+        letter = level_letter(sv.expected_level(sv.level_distribution(analyses)))
+        assert answer_question("Is the image of good quality? A. Yes B. No", rule_plan("x", has_reference=False), analyses,
+                               letter) == ("A" if good else "B")
+        assert answer_question("Is this image degraded? A. No B. Yes", rule_plan("x", has_reference=False), analyses,
+                               letter) == ("A" if good else "B")
+        assert answer_question("Is the photo OK?", rule_plan("x", has_reference=False), analyses,
+                               letter).startswith("Yes — quality " if good else "No — quality ")
+    # A yes/no question the measurements cannot speak to keeps the old fall-back (its first option).
+    assert answer_question("Is it a cat? A. Yes B. No", rule_plan("x", has_reference=False), clean, "A") == "A"
+
+
+def test_an_open_question_is_not_answered_yes_or_no(astronaut):
+    dark = sv.analyze(distort(astronaut, "darken", 4))
+    answer = _answer("How is the exposure?", dark)
+    assert answer.startswith("Brightness change: ") and not answer.startswith(("Yes", "No")), answer

@@ -105,8 +105,9 @@ class OfflineRoles:
                 a = analyses.get(cat)
                 if a is None:
                     continue
-                if asked and cat == "Blurs":  # "blurry" / "sharp" ask about blur, "pixelated" about pixelation
-                    which = blurs_detector(ctx.query, a)
+                meant = asked_detectors(cat, ctx.query) if asked else None
+                if meant:  # "too bright?" asks about over-exposure, "pixelated?" about pixelation
+                    which = strongest(a, meant[0])
                     items.append(DistortionAnalysis(type=cat, severity=a.severity_of(which),
                                                     explanation=a.explanations.get(which, a.explanation)))
                 else:
@@ -255,7 +256,8 @@ def _reasoning(analyses: dict, evidence: ExecutorOutput, fused, expected: float,
 
 
 def answer_question(query: str, plan: PlannerOutput, analyses: dict, fused_level: str) -> str:
-    """Answer a multiple-choice, yes/no or open question about distortions from the measured severities."""
+    """Answer a multiple-choice, yes/no or open question about distortions from the measured severities,
+    and a yes/no question about the quality itself ("Is it of good quality?") from the fused level."""
     options = mcq_options(query)
     asked = [c for dists in (plan.distortions or {}).values() for c in dists] or named_distortions(query)
     level_of = {c: a.level for c, a in analyses.items()}
@@ -267,6 +269,9 @@ def answer_question(query: str, plan: PlannerOutput, analyses: dict, fused_level
         if yes and no and asked:
             present = any(_severity(analyses, c, query) != "none" for c in asked if c in analyses)
             return yes if present != sharp else no
+        polarity = _quality_polarity(query)
+        if yes and no and polarity is not None:
+            return yes if _good(fused_level) == polarity else no
         by_category = {k: named_distortions(v) for k, v in texts.items()}
         if any(by_category.values()):
             return max(by_category, key=lambda k: max((level_of.get(c, 0.0) for c in by_category[k]), default=-1.0))
@@ -275,34 +280,87 @@ def answer_question(query: str, plan: PlannerOutput, analyses: dict, fused_level
             target = LEVEL_SCORES[fused_level]
             return min(by_level, key=lambda k: abs(by_level[k] - target))
         return next(iter(texts))  # no option the measurements can speak to; the reasoning says what was measured
+    yes_no = bool(_YES_NO_QUESTION.match(_question_text(query)))
     if asked:
         found = [f"{_name(c, query)}: {_severity(analyses, c, query)}" for c in asked if c in analyses]
         present = [c for c in asked if c in analyses and _severity(analyses, c, query) != "none"]
-        return ("Yes — " if bool(present) != sharp else "No — ") + "; ".join(found)
+        return (("Yes — " if bool(present) != sharp else "No — ") if yes_no else "") + "; ".join(found)
+    polarity = _quality_polarity(query)
+    if yes_no and polarity is not None:
+        return f"{'Yes' if _good(fused_level) == polarity else 'No'} — quality {LEVEL_NAMES[fused_level].lower()} ({fused_level})"
     worst = _ranked(analyses)[0]
     if worst.severity == "none":
         return "No distortion stands out; the image measures within the clean-photo range."
     return f"The most visible distortion is {worst.category.lower()} ({worst.severity})."
 
 
-def blurs_detector(query: str, analysis=None) -> str:
-    """Which detector of the Blurs category a question means: pixelation (KADID's spatial family, which
-    the spec files under Blurs) when it says "pixelated", else blur ("blurry", "sharp", "in focus"): the
-    blur detector's verdict, or the motion-blur detector's when ``analysis`` (the Blurs analysis) measured
-    that one higher (a motion blur is a blur too)."""
-    if re.search(r"\bpixelat", query, re.I):
-        return "pixelate"
-    if analysis is not None and analysis.detectors.get("motion", 0.0) > analysis.detectors.get("blur", 0.0):
-        return "motion"
-    return "blur"
+# A yes/no question about the quality itself: True when Yes means good quality, False when it means bad.
+_GOOD_WORDS = re.compile(r"\b(?:good|fine|ok(?:ay)?|acceptable|decent|excellent|high[- ]quality|usable|clean|great)\b", re.I)
+_BAD_WORDS = re.compile(r"\b(?:bad|poor|low[- ]quality|degraded|distorted|damaged|corrupt\w*|defective|flawed|impaired|wrong|problems?)\b", re.I)
+_YES_NO_QUESTION = re.compile(r"^\s*(?:is|are|was|were|does|do|did|has|have|had|can|could|will|would|should)\b", re.I)
+
+
+def _good(fused_level: str) -> bool:
+    return LEVEL_SCORES[fused_level] >= LEVEL_SCORES["B"]  # Excellent or Good
+
+
+def _question_text(query: str) -> str:
+    """The question without its options ("A. Yes B. No")."""
+    m = re.search(r"(?:^|\s)\(?A[.)]\s", query)
+    return query[: m.start()] if m else query
+
+
+def _quality_polarity(query: str) -> Optional[bool]:
+    question = _question_text(query)
+    good, bad = bool(_GOOD_WORDS.search(question)), bool(_BAD_WORDS.search(question))
+    return None if good == bad else good
+
+
+# What a question about a category asks, detector by detector: "Is it too bright?" asks about over-exposure, not
+# about "Brightness change", which an under-exposure fills too. (category, words, detectors, name): a question
+# matching none of its category's words asks about the category's entry without words, or, without one, the whole
+# category. "blurry" and "sharp" ask about blur (a motion blur is a blur too), not about pixelation, which the spec
+# files under Blurs.
+_MEANINGS: tuple[tuple[str, Optional[re.Pattern], tuple[str, ...], str], ...] = tuple(
+    (category, re.compile(words, re.I) if words else None, detectors, name) for category, words, detectors, name in (
+        ("Blurs", r"\bpixelat", ("pixelate",), "pixelation"),
+        ("Blurs", None, ("blur", "motion"), "blur"),
+        ("Brightness change", r"\b(?:dark\w*|dim\w*|under-?expos\w*)", ("dark",), "under-exposure"),
+        ("Brightness change", r"\b(?:bright(?!ness)\w*|over-?expos\w*|blown)", ("bright",), "over-exposure"),
+        ("Color distortions", r"\bover-?saturat|\btoo (?:vivid|saturated)", ("oversaturated",), "over-saturation"),
+        ("Color distortions", r"\b(?:de-?saturat\w*|under-?saturat\w*|washed[- ]out|faded|dull|muted)", ("desaturated",),
+         "colour loss"),
+        ("Color distortions", r"\b(?:banding|posteri[sz]\w*|quanti[sz]\w*)", ("quantized",), "colour banding"),
+        ("Noise", r"\b(?:salt[- ]and[- ]pepper|impulse)", ("impulse",), "impulse noise"),
+        ("Noise", r"\b(?:colou?r(?:ed)? noise|chroma\w*)", ("chroma_noise",), "colour noise"),
+        ("Compression", r"\b(?:jpe?g ?2000|j2k|wavelet)", ("j2k",), "wavelet-compression smearing"),
+        ("Compression", r"\b(?:jpe?g(?! ?2000)|block\w*)", ("jpeg",), "JPEG blocking"),
+    ))
+
+
+def asked_detectors(category: str, query: str) -> Optional[tuple[tuple[str, ...], str]]:
+    """The detectors of `category` a question means and what to call them, or None for the whole category."""
+    question = _question_text(query)
+    entries = [e for e in _MEANINGS if e[0] == category]
+    named = [e for e in entries if e[1] is not None and e[1].search(question)]
+    chosen = named or [e for e in entries if e[1] is None]
+    if not chosen:
+        return None
+    return tuple(d for e in chosen for d in e[2]), " or ".join(e[3] for e in chosen)
+
+
+def strongest(analysis, detectors: Sequence[str]) -> str:
+    """The detector among `detectors` that measured the most in this category's analysis."""
+    return max(detectors, key=lambda d: analysis.detectors.get(d, 0.0))
 
 
 def _severity(analyses: dict, category: str, query: str) -> str:
-    """A category's severity as a question about it means it: "blurry" is the blur detector's verdict
-    alone (pixelation, reported under the same category, is not blur), "pixelated" the pixelation one's."""
-    a = analyses[category]
-    return a.severity_of(blurs_detector(query, a)) if category == "Blurs" else a.severity
+    """A category's severity as the question means it: its asked detectors' strongest verdict ("blurry" is the blur
+    detectors' alone, "too bright" the over-exposure one's), else the category's."""
+    a, meant = analyses[category], asked_detectors(category, query)
+    return a.severity_of(strongest(a, meant[0])) if meant else a.severity
 
 
 def _name(category: str, query: str) -> str:
-    return ("pixelation" if blurs_detector(query) == "pixelate" else "blur") if category == "Blurs" else category
+    meant = asked_detectors(category, query)
+    return meant[1] if meant else category
