@@ -431,3 +431,27 @@ def test_an_open_question_is_not_answered_yes_or_no(astronaut):
     dark = sv.analyze(distort(astronaut, "darken", 4))
     answer = _answer("How is the exposure?", dark)
     assert answer.startswith("Brightness change: ") and not answer.startswith(("Yes", "No")), answer
+
+
+def test_narrowed_and_quality_questions_through_the_offline_pipeline(tmp_path, astronaut):
+    """The CLI/API path gives the same answers, with the evidence row of the detector the question names."""
+    import agentic_iqa
+    from PIL import Image
+
+    from agentic_iqa.bench.synth import to_uint8
+
+    dark = tmp_path / "dark.png"
+    Image.fromarray(to_uint8(distort(astronaut, "darken", 4))).save(dark)
+    bright = agentic_iqa.assess(str(dark), "Is the image too bright? A. Yes B. No", config=tmp_path, backend="offline",
+                                use_cache=False)
+    assert bright.answer == "B"
+    rows = [d for ds in bright.evidence.distortion_analysis.values() for d in ds]
+    assert [(d.type, d.severity) for d in rows] == [("Brightness change", "none")]
+    too_dark = agentic_iqa.assess(str(dark), "Is the image too dark?", config=tmp_path, backend="offline", use_cache=False)
+    assert too_dark.answer.startswith("Yes — under-exposure: ")
+    good = agentic_iqa.assess(str(dark), "Is the image of good quality? A. Yes B. No", config=tmp_path, backend="offline",
+                              use_cache=False)
+    # Without a reference the NR tool has no weight (η 0), so the level is the analyst's: a darkened astronaut
+    # measures poor (under 3.5), hence "not of good quality".
+    expected = sv.expected_level(sv.level_distribution(sv.analyze(str(dark))))
+    assert expected < 3.5 and good.answer == "B", expected
