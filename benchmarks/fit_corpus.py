@@ -435,6 +435,12 @@ def fetch_only(cache: Path, size: int) -> int:
     return 0
 
 
+def _discounted() -> str:
+    """The detectors with a ``Discount`` and in which modes, for the fit's provenance ("j2k NR and FR, dark FR")."""
+    modes = {d.name: [m for m, disc in (("NR", d.nr_discount), ("FR", d.fr_discount)) if disc] for d in sv.DETECTORS}
+    return ", ".join(f"{n} {' and '.join(m)}" for n, m in modes.items() if m)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cache", default=str(DEFAULT_CACHE))
@@ -487,7 +493,7 @@ def main(argv=None) -> int:
                       f"{sv.CLEAN_QUANTILE}); NR levels blend into a positives-only isotonic map between levels {sv.POS_RAMP[0]:g} and "
                       f"{sv.POS_RAMP[1]:g}; severity edges at levels 0.5/2.5/3.5/4.5; category model: multinomial "
                       f"logistic regression on all detector levels (L2 {sv.CATEGORY_L2}, damage at levels >= {sv.CATEGORY_MIN_LEVEL}); "
-                      "detectors with a discount (j2k, NR and FR, each on its own measures): level times a logistic probability of their own damage against "
+                      f"detectors with a discount ({_discounted()}, each on its own measures): level times a logistic probability of their own damage against "
                       f"the damage they are confused with (L2 {sv.CATEGORY_L2}, all levels)",
         }
         th = _round({"provenance": provenance, "severity_edges": list(sv.SEVERITY_EDGES), **fitted})
