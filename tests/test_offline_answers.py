@@ -472,23 +472,6 @@ def test_a_contrast_loss_compared_with_its_reference_is_not_called_blurry(astron
     assert _answer("Is the image blurry? A. Yes B. No", moved) == "A"
 
 
-def test_coloured_noise_compared_with_its_reference_is_not_called_over_saturation(astronaut):
-    # With a reference, "Are the colours over-saturated?" was answered Yes on strong colour noise and impulse noise
-    # (held out: 179 and 78 of 225 each, levels 3-5): coloured specks raise the chroma error as well. The
-    # over-saturation detector's FR Discount (its own measures, weighed as over-saturation against those two)
-    # says No there and why; over-saturation itself stays Yes.
-    q = "Are the colours over-saturated? A. Yes B. No"
-    fr_answer = lambda an: answer_question(q, rule_plan(q, has_reference=True), an, "C")  # noqa: E731
-    for kind, lv in (("white noise in color component", 3), ("white noise in color component", 4),
-                     ("white noise in color component", 5), ("impulse noise", 5)):
-        an = sv.analyze(distort(astronaut, kind, lv, seed=0, key="test"), astronaut)
-        assert fr_answer(an) == "B", (kind, lv, sv.explain(an))
-    assert "fit coloured noise better" in an["Color distortions"].explanations["oversaturated"], an["Color distortions"]
-    for lv in (3, 4, 5):
-        an = sv.analyze(distort(astronaut, "color saturation 2", lv, seed=0, key="test"), astronaut)
-        assert an["Color distortions"].severity_of("oversaturated") != "none" and fr_answer(an) == "A", (lv, sv.explain(an))
-
-
 def test_with_a_reference_tone_damage_is_not_named_for_the_tone_change_it_brings(astronaut):
     # With a reference the offline analyst named tone damage it was not given (held out, levels 3-5): over-saturation
     # lowers the luminance ("too dark?" Yes on 62 of 204), a darkening narrows the tones and the chroma ("contrast too
