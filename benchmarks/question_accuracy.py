@@ -18,7 +18,8 @@ The answer key was fixed before any answer was counted, from what was done to th
   are not scored either: they may not be visible;
 * a quality question ("Is the image of good quality?") is keyed Yes on clean photos and No on damage at levels
   4-5 (its negation, "Is the image degraded?", the other way round);
-* "Is the image sharp?" is keyed as the negation of "Is the image blurry?".
+* "Is the image sharp?" is keyed as the negation of "Is the image blurry?", and the other questions asked the positive
+  way ("Is the contrast good?") as the negation of theirs.
 
 Reported per question and mode: accuracy where the key is Yes, where it is No (clean photos and other damage
 apart), and their mean (balanced accuracy), pooled over the folds' images; the fold range of the balanced accuracy.
@@ -59,6 +60,10 @@ DISTORTION_QUESTIONS: dict[str, tuple[set, set, bool]] = {
     "Are the colours over-saturated? A. Yes B. No": ({"color saturation 2"}, set(), False),
     "Is there colour banding? A. Yes B. No": ({"color quantization"}, {"jpeg", "pixelate"}, False),
     "Is the image over-sharpened? A. Yes B. No": ({"high sharpen"}, set(), False),
+    # Asked the positive way: Yes means the damage is absent.
+    "Is the image free of noise? A. Yes B. No": (NOISES, set(), True),
+    "Is the exposure correct? A. Yes B. No": ({"darken", "brighten"}, set(), True),
+    "Is the contrast good? A. Yes B. No": ({"contrast decrease"}, {"brighten"}, True),
 }
 # question -> Yes means good quality
 QUALITY_QUESTIONS: dict[str, bool] = {

@@ -498,3 +498,16 @@ def test_with_a_reference_tone_damage_is_not_named_for_the_tone_change_it_brings
         for ref in (astronaut, coffee):
             an = sv.analyze(distort(ref, kind, 4, seed=0, key="test"), ref)
             assert fr_answer(query, an) == "A", (kind, sv.explain(an))
+
+
+def test_a_question_asked_the_positive_way_means_the_damage_is_absent(astronaut):
+    # "Is the contrast good?" was answered from "is there a contrast loss?": No on a clean photo, Yes on a washed-out
+    # one; likewise "Is the exposure correct?", "Is the image free of noise?" ("Is it sharp?" was already handled).
+    clean, low = sv.analyze(astronaut), sv.analyze(distort(astronaut, "contrast decrease", 4))
+    dark, noisy = sv.analyze(distort(astronaut, "darken", 4)), sv.analyze(distort(astronaut, "white noise", 4))
+    for query, damaged in (("Is the contrast good? A. Yes B. No", low), ("Is the exposure correct? A. Yes B. No", dark),
+                           ("Is the image free of noise? A. Yes B. No", noisy), ("Is the image bright enough? A. Yes B. No", dark)):
+        assert (_answer(query, clean), _answer(query, damaged)) == ("A", "B"), query
+    assert _answer("Is the image well exposed?", dark).startswith("No — Brightness change: ")
+    # Asked the negative way, as before.
+    assert (_answer("Is the contrast too low? A. Yes B. No", clean), _answer("Is the contrast too low? A. Yes B. No", low)) == ("B", "A")

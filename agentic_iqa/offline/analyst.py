@@ -261,14 +261,16 @@ def answer_question(query: str, plan: PlannerOutput, analyses: dict, fused_level
     options = mcq_options(query)
     asked = [c for dists in (plan.distortions or {}).values() for c in dists] or named_distortions(query)
     level_of = {c: a.level for c, a in analyses.items()}
-    sharp = asks_sharpness(query)  # "is it sharp?" = "is it free of blur?"
+    # Asked the positive way, Yes means the damage is absent: "Is it sharp?" = "is it free of blur?", "Is the contrast
+    # good?" = "is there no contrast loss?".
+    absent = asks_sharpness(query) or _quality_polarity(query) is True
     if options:
         texts = {k: v.strip().rstrip(".?") for k, v in options.items()}
         yes = next((k for k, v in texts.items() if _YES.match(v)), None)
         no = next((k for k, v in texts.items() if _NO.match(v)), None)
         if yes and no and asked:
             present = any(_severity(analyses, c, query) != "none" for c in asked if c in analyses)
-            return yes if present != sharp else no
+            return yes if present != absent else no
         polarity = _quality_polarity(query)
         if yes and no and polarity is not None:
             return yes if _good(fused_level) == polarity else no
@@ -284,7 +286,7 @@ def answer_question(query: str, plan: PlannerOutput, analyses: dict, fused_level
     if asked:
         found = [f"{_name(c, query)}: {_severity(analyses, c, query)}" for c in asked if c in analyses]
         present = [c for c in asked if c in analyses and _severity(analyses, c, query) != "none"]
-        return (("Yes — " if bool(present) != sharp else "No — ") if yes_no else "") + "; ".join(found)
+        return (("Yes — " if bool(present) != absent else "No — ") if yes_no else "") + "; ".join(found)
     polarity = _quality_polarity(query)
     if yes_no and polarity is not None:
         return f"{'Yes' if _good(fused_level) == polarity else 'No'} — quality {LEVEL_NAMES[fused_level].lower()} ({fused_level})"
@@ -294,8 +296,10 @@ def answer_question(query: str, plan: PlannerOutput, analyses: dict, fused_level
     return f"The most visible distortion is {worst.category.lower()} ({worst.severity})."
 
 
-# A yes/no question about the quality itself: True when Yes means good quality, False when it means bad.
-_GOOD_WORDS = re.compile(r"\b(?:good|fine|ok(?:ay)?|acceptable|decent|excellent|high[- ]quality|usable|clean|great)\b", re.I)
+# Good and bad words: a yes/no question about the quality itself is answered from the level (True: Yes means good); a
+# question about a distortion asked with a good word ("Is the contrast good?") means its absence.
+_GOOD_WORDS = re.compile(r"\b(?:good|fine|ok(?:ay)?|acceptable|decent|excellent|high[- ]quality|usable|clean|great|correct(?:ly)?|"
+                         r"proper(?:ly)?|natural|accurate|enough|free|well[- ](?:exposed|lit|balanced|focused))\b", re.I)
 _BAD_WORDS = re.compile(r"\b(?:bad|poor|low[- ]quality|degraded|distorted|damaged|corrupt\w*|defective|flawed|impaired|wrong|problems?)\b", re.I)
 _YES_NO_QUESTION = re.compile(r"^\s*(?:is|are|was|were|does|do|did|has|have|had|can|could|will|would|should)\b", re.I)
 
@@ -326,7 +330,8 @@ _MEANINGS: tuple[tuple[str, Optional[re.Pattern], tuple[str, ...], str], ...] = 
         ("Blurs", r"\bpixelat", ("pixelate",), "pixelation"),
         ("Blurs", None, ("blur", "motion"), "blur"),
         ("Brightness change", r"\b(?:dark\w*|dim\w*|under-?expos\w*)", ("dark",), "under-exposure"),
-        ("Brightness change", r"\b(?:bright(?!ness)\w*|over-?expos\w*|blown)", ("bright",), "over-exposure"),
+        # "bright enough?" asks whether it is too dark as much as too bright: the whole category.
+        ("Brightness change", r"\b(?:bright(?!ness)(?!\w*\s+enough)\w*|over-?expos\w*|blown)", ("bright",), "over-exposure"),
         ("Color distortions", r"\bover-?saturat|\btoo (?:vivid|saturated)", ("oversaturated",), "over-saturation"),
         ("Color distortions", r"\b(?:de-?saturat\w*|under-?saturat\w*|washed[- ]out|faded|dull|muted)", ("desaturated",),
          "colour loss"),
