@@ -315,6 +315,7 @@ def _question_text(query: str) -> str:
 
 
 def _quality_polarity(query: str) -> Optional[bool]:
+    """True when the question is asked with a good word only, False with a bad word only, else None."""
     question = _question_text(query)
     good, bad = bool(_GOOD_WORDS.search(question)), bool(_BAD_WORDS.search(question))
     return None if good == bad else good
