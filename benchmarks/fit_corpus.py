@@ -329,18 +329,23 @@ def evaluate(photos, measured, thresholds, ladder: str) -> dict:
     return out
 
 
-def loso(photos, measured, ladders=LADDERS) -> dict:
+def fold_fits(photos, measured):
+    """Leave one source out: for each source, (its name, its photos, their statistics, the thresholds fitted on
+    the other sources)."""
     _refuse_blind(photos)
-    sources = sorted({p["source"] for p in photos})
-    folds = {}
-    for held in sources:
+    for held in sorted({p["source"] for p in photos}):
         tr = [i for i, p in enumerate(photos) if p["source"] != held]
         te = [i for i, p in enumerate(photos) if p["source"] == held]
-        th = fit([photos[i] for i in tr], [measured[i] for i in tr])
-        folds[held] = {"n_photos": len(te), "n_train_photos": len(tr),
-                       **{lad: evaluate([photos[i] for i in te], [measured[i] for i in te], th, lad) for lad in ladders}}
+        yield held, [photos[i] for i in te], [measured[i] for i in te], fit([photos[i] for i in tr], [measured[i] for i in tr])
+
+
+def loso(photos, measured, ladders=LADDERS) -> dict:
+    folds = {}
+    for held, test_photos, test_measured, th in fold_fits(photos, measured):
+        folds[held] = {"n_photos": len(test_photos), "n_train_photos": len(photos) - len(test_photos),
+                       **{lad: evaluate(test_photos, test_measured, th, lad) for lad in ladders}}
         f = folds[held]["alt"]
-        print(f"held out {held:8s} ({len(te)} photos): NR intra {f['nr']['intra_srcc']:.3f} all {f['nr']['all_srcc']:.3f} "
+        print(f"held out {held:8s} ({len(test_photos)} photos): NR intra {f['nr']['intra_srcc']:.3f} all {f['nr']['all_srcc']:.3f} "
               f"top1 {f['nr']['top1_l35']:.3f} clean {f['nr']['clean_mean']:.2f} ({f['nr']['clean_below_3_5']:.0%} <3.5) "
               f"L1 {f['nr']['level_means'][1]:.2f} L2 {f['nr']['level_means'][2]:.2f} | FR intra {f['fr']['intra_srcc']:.3f} "
               f"all {f['fr']['all_srcc']:.3f} top1 {f['fr']['top1_l35']:.3f}", flush=True)

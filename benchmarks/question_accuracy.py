@@ -151,11 +151,8 @@ def main(argv=None) -> int:
     photos = fc.build_corpus(cache, args.size)
     measured = fc.measure_corpus(photos, cache, args.workers, str(args.size))
     folds = {}
-    for held in sorted({p["source"] for p in photos}):
-        train = [i for i, p in enumerate(photos) if p["source"] != held]
-        test = [i for i, p in enumerate(photos) if p["source"] == held]
-        thresholds = fc.fit([photos[i] for i in train], [measured[i] for i in train])
-        folds[held] = ask_fold([photos[i] for i in test], [measured[i] for i in test], thresholds)
+    for held, test_photos, test_measured, thresholds in fc.fold_fits(photos, measured):
+        folds[held] = ask_fold(test_photos, test_measured, thresholds)
         print(f"held out {held}: {len(folds[held])} answers", flush=True)
     rows = [r for f in folds.values() for r in f]
     report = summarize(rows, folds)
