@@ -263,7 +263,8 @@ def answer_question(query: str, plan: PlannerOutput, analyses: dict, fused_level
     level_of = {c: a.level for c, a in analyses.items()}
     # Asked the positive way, Yes means the damage is absent: "Is it sharp?" = "is it free of blur?", "Is the contrast
     # good?" = "is there no contrast loss?".
-    absent = asks_sharpness(query) or _quality_polarity(query) is True
+    polarity = _quality_polarity(query)
+    absent = asks_sharpness(query) or polarity is True
     if options:
         texts = {k: v.strip().rstrip(".?") for k, v in options.items()}
         yes = next((k for k, v in texts.items() if _YES.match(v)), None)
@@ -271,7 +272,6 @@ def answer_question(query: str, plan: PlannerOutput, analyses: dict, fused_level
         if yes and no and asked:
             present = any(_severity(analyses, c, query) != "none" for c in asked if c in analyses)
             return yes if present != absent else no
-        polarity = _quality_polarity(query)
         if yes and no and polarity is not None:
             return yes if _good(fused_level) == polarity else no
         by_category = {k: named_distortions(v) for k, v in texts.items()}
@@ -287,7 +287,6 @@ def answer_question(query: str, plan: PlannerOutput, analyses: dict, fused_level
         found = [f"{_name(c, query)}: {_severity(analyses, c, query)}" for c in asked if c in analyses]
         present = [c for c in asked if c in analyses and _severity(analyses, c, query) != "none"]
         return (("Yes — " if bool(present) != absent else "No — ") if yes_no else "") + "; ".join(found)
-    polarity = _quality_polarity(query)
     if yes_no and polarity is not None:
         return f"{'Yes' if _good(fused_level) == polarity else 'No'} — quality {LEVEL_NAMES[fused_level].lower()} ({fused_level})"
     worst = _ranked(analyses)[0]
