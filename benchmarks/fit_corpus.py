@@ -398,13 +398,19 @@ def blind_status(src: dict) -> str:
     return "spent" if src.get("spent") else "blind"
 
 
-def blind_report(cache: Path, size: int, thresholds_path: Path, workers: int) -> dict:
-    """Measure the blind sources and score each with a finished fit (nothing is fitted here)."""
+def blind_safe_thresholds(thresholds_path: Path) -> dict:
+    """A finished fit to score the blind sources with; refused if it was fitted on any of them."""
     th = sv.load_thresholds(str(thresholds_path))
     fitted_on = set(th.get("provenance", {}).get("sources", []))
     if fitted_on & blind_source_names():
         raise ValueError(f"{thresholds_path} was fitted on blind source(s) {sorted(fitted_on & blind_source_names())}: "
                          "its blind figures would not be blind")
+    return th
+
+
+def blind_report(cache: Path, size: int, thresholds_path: Path, workers: int) -> dict:
+    """Measure the blind sources and score each with a finished fit (nothing is fitted here)."""
+    th = blind_safe_thresholds(thresholds_path)
     sources = corpus_sources(json.loads(MANIFEST.read_text()), blind=True)
     photos = build_corpus(cache, size, blind=True)
     if not photos:

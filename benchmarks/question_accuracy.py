@@ -1,6 +1,7 @@
 """Issue 10 part 5: how often the offline analyst answers a yes/no question right, on held-out photos.
 
     python benchmarks/question_accuracy.py [--workers 2] [--json benchmarks/corpus/questions.json]
+    python benchmarks/question_accuracy.py --blind-report    # the blind / spent sources, with the shipped fit
 
 Uses the corpus and statistics cache of ``fit_corpus.py`` (it builds them on first use). Protocol: leave one
 source out, as ``fit_corpus.py``: the analyst's thresholds are fitted on the other sources, then every clean photo
@@ -20,6 +21,9 @@ The answer key was fixed before any answer was counted, from what was done to th
   4-5 (its negation, "Is the image degraded?", the other way round);
 * "Is the image sharp?" is keyed as the negation of "Is the image blurry?", and the other questions asked the positive
   way ("Is the contrast good?") as the negation of theirs.
+
+``--blind-report`` asks the same questions of the sources no fold and no fit used (manifest "blind": true), each
+source on its own, with the shipped fit (``fit_corpus.blind_safe_thresholds``): figures on photos no choice looked at.
 
 Reported per question and mode: accuracy where the key is Yes, where it is No (clean photos and other damage
 apart), and their mean (balanced accuracy), pooled over the folds' images; the fold range of the balanced accuracy.
@@ -145,30 +149,49 @@ def main(argv=None) -> int:
     ap.add_argument("--cache", default=str(fc.DEFAULT_CACHE))
     ap.add_argument("--size", type=int, default=512)
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--json", default=str(ROOT / "benchmarks/corpus/questions.json"), help="write the report here")
+    ap.add_argument("--json", help="write the report here (default benchmarks/corpus/questions.json, with "
+                                    "--blind-report questions_blind.json)")
+    ap.add_argument("--blind-report", action="store_true", help="the blind sources, each on its own, with the shipped fit")
     args = ap.parse_args(argv)
     cache = Path(args.cache).expanduser()
-    photos = fc.build_corpus(cache, args.size)
-    measured = fc.measure_corpus(photos, cache, args.workers, str(args.size))
-    folds = {}
-    for held, test_photos, test_measured, thresholds in fc.fold_fits(photos, measured):
-        folds[held] = ask_fold(test_photos, test_measured, thresholds)
-        print(f"held out {held}: {len(folds[held])} answers", flush=True)
-    rows = [r for f in folds.values() for r in f]
-    report = summarize(rows, folds)
+    out = Path(args.json or ROOT / "benchmarks/corpus" / ("questions_blind.json" if args.blind_report else "questions.json"))
+    head = {"protocol": __doc__.split("\n\n", 2)[2].strip(),
+            "questions": {q: {"asks": sorted(v[0]), "lookalike": sorted(v[1]), "negated": v[2]}
+                          for q, v in DISTORTION_QUESTIONS.items()},
+            "quality_questions": QUALITY_QUESTIONS}
+    if args.blind_report:
+        thresholds = fc.blind_safe_thresholds(sv.THRESHOLDS_PATH)
+        photos = fc.build_corpus(cache, args.size, blind=True)
+        measured = fc.measure_corpus(photos, cache, args.workers, f"blind-{args.size}")
+        reports = {}
+        for source in sorted({p["source"] for p in photos}):
+            idx = [i for i, p in enumerate(photos) if p["source"] == source]
+            rows = ask_fold([photos[i] for i in idx], [measured[i] for i in idx], thresholds)
+            reports[source] = summarize(rows, {source: rows})
+            _print(f"{source} ({len(idx)} photos, shipped fit)", reports[source])
+        out.write_text(json.dumps({**head, "thresholds": thresholds.get("provenance"), "sources": reports}, indent=1) + "\n")
+    else:
+        photos = fc.build_corpus(cache, args.size)
+        measured = fc.measure_corpus(photos, cache, args.workers, str(args.size))
+        folds = {}
+        for held, test_photos, test_measured, thresholds in fc.fold_fits(photos, measured):
+            folds[held] = ask_fold(test_photos, test_measured, thresholds)
+            print(f"held out {held}: {len(folds[held])} answers", flush=True)
+        report = summarize([r for f in folds.values() for r in f], folds)
+        _print("leave one source out", report)
+        out.write_text(json.dumps({**head, "report": report}, indent=1) + "\n")
+    print(f"wrote {out}")
+    return 0
+
+
+def _print(title: str, report: dict) -> None:
     for mode in ("nr", "fr"):
-        print(f"\n{mode.upper()}: question | key Yes | key No, clean | key No, other damage | balanced (fold range) | wrong on")
+        print(f"\n{title}, {mode.upper()}: question | key Yes | key No, clean | key No, other damage | balanced (fold range) | wrong on")
         for q, s in report[mode].items():
             fr = "" if s["fold_range"] is None else f" ({s['fold_range'][0]:.3f}-{s['fold_range'][1]:.3f})"
             top = ", ".join(f"{k} {v}" for k, v in list(s["wrong_by_image"].items())[:3])
             print(f"  {q.split(' A. ')[0]:48s} {_fmt(s['yes_key']):>14s} {_fmt(s['no_key_clean']):>13s} "
                   f"{_fmt(s['no_key_damage']):>14s} {s['balanced'] if s['balanced'] is None else round(s['balanced'], 3)}{fr} | {top}")
-    Path(args.json).write_text(json.dumps({"protocol": __doc__.split("\n\n", 2)[2].strip(),
-                                           "questions": {q: {"asks": sorted(v[0]), "lookalike": sorted(v[1]), "negated": v[2]}
-                                                         for q, v in DISTORTION_QUESTIONS.items()},
-                                           "quality_questions": QUALITY_QUESTIONS, "report": report}, indent=1) + "\n")
-    print(f"wrote {args.json}")
-    return 0
 
 
 if __name__ == "__main__":
