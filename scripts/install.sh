@@ -13,6 +13,18 @@ PY=${PYTHON:-python3}
 PIP="$VENV/bin/pip"
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 if [ "${SKIP_TORCH:-0}" != 1 ]; then
+  if ! "$VENV/bin/python" -c "import torch, torchvision" 2>/dev/null; then
+    # torch + torchvision take ~5.6 GB in the venv (a CUDA build; it runs on the CPU). On a full disk pip
+    # stops midway with "No space left on device": check first and say what to do.
+    for dir in "$VENV" "${TMPDIR:-/tmp}"; do
+      free_gb=$(df -Pk "$dir" | awk 'NR==2 {print int($4 / 1048576)}')
+      if [ "$free_gb" -lt 7 ]; then
+        echo "install.sh: only ${free_gb} GB free under $dir; torch and torchvision need about 7 GB there." >&2
+        echo "Free some space (or set VENV / TMPDIR to a roomier disk), or install your own torch and rerun with SKIP_TORCH=1." >&2
+        exit 1
+      fi
+    done
+  fi
   "$PIP" install -q torch==2.14.1 torchvision==0.29.1
 fi
 "$PIP" install -q --no-deps pyiqa==0.1.16
