@@ -511,3 +511,14 @@ def test_a_question_asked_the_positive_way_means_the_damage_is_absent(astronaut)
     assert _answer("Is the image well exposed?", dark).startswith("No — Brightness change: ")
     # Asked the negative way, as before.
     assert (_answer("Is the contrast too low? A. Yes B. No", clean), _answer("Is the contrast too low? A. Yes B. No", low)) == ("B", "A")
+
+
+def test_bright_enough_asks_about_under_exposure_only(astronaut):
+    # "Is the image bright enough?" asked the whole exposure category, so an over-exposed photo was "not bright enough".
+    dark, bright = sv.analyze(distort(astronaut, "darken", 4)), sv.analyze(distort(load_reference("chelsea"), "brighten", 4))
+    assert bright["Brightness change"].severity_of("bright") != "none"
+    for query in ("Is the image bright enough? A. Yes B. No", "Is there enough light in the photo? A. Yes B. No"):
+        assert (_answer(query, bright), _answer(query, dark)) == ("A", "B"), query
+    assert _answer("Is the image bright enough?", bright).startswith("Yes — under-exposure: none")
+    assert _answer("Is the photo poorly lit?", dark).startswith("Yes — under-exposure: ")
+    assert _answer("Is the photo well lit?", dark).startswith("No — Brightness change: ")  # neither too dark nor too bright

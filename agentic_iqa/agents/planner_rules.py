@@ -24,7 +24,8 @@ _DISTORTION_WORDS: list[tuple[str, str]] = [
      r"crisp\w*|in[- ]focus|detail\w*|pixelat\w*", "Blurs"),  # pixelation: the Blurs category's pixelate detector
     (r"nois\w*|grain\w*|speckle\w*|salt[- ]and[- ]pepper", "Noise"),
     (r"jpe?g\w*|compress\w*|block\w*|artifact\w*|artefact\w*|mosquito", "Compression"),
-    (r"bright\w*|dark\w*|(?:over-?|under-?)?expos(?:ed|ure)|dim|illuminat\w*|lighting", "Brightness change"),
+    (r"bright\w*|dark\w*|(?:over-?|under-?)?expos(?:ed|ure)|dim|illuminat\w*|lighting|(?:well|under|over|poorly|dimly)[- ]?lit|"
+     r"enough light|low[- ]light", "Brightness change"),
     (r"contrast\w*|washed[- ]out|flat", "Contrast"),
     (r"colou?r\w*|saturat\w*|desaturat\w*|hue|tint\w*|cast", "Color distortions"),
     (r"over-?sharp\w*|sharpen\w*|halo\w*", "Sharpness"),
