@@ -49,13 +49,23 @@ def test_cbsd68_is_spent_and_stays_evaluation_only():
     assert not {(s.get("repo"), s.get("where")) for s in training.values()} & {(cbsd["repo"], cbsd["where"])}
 
 
-def test_mcmaster_is_the_new_blind_source():
-    """McMaster (18 film-photo crops, 500x500, research terms): unscored, so blind; evaluation only."""
+def test_mcmaster_is_spent_and_stays_evaluation_only():
+    """McMaster (18 film-photo crops, research terms) was scored with --blind-report three times after the decisions it
+    reported on: spent, and its terms keep it out of every fit, so it stays blind-flagged, labelled spent."""
     m = json.loads(fc.MANIFEST.read_text())
     mcm = fc.corpus_sources(m, blind=True)["mcmaster"]
-    assert mcm["blind"] is True and fc.blind_status(mcm) == "blind" and len(mcm["files"]) == 18
-    assert mcm["registry"] == "GitHub" and "evaluation only" in mcm["licence"]
-    assert [s for s, src in m["sources"].items() if fc.blind_status(src) == "blind" and src.get("blind")] == ["mcmaster"]
+    assert mcm["blind"] is True and fc.blind_status(mcm) == "spent" and len(mcm["files"]) == 18
+    assert mcm["registry"] == "GitHub" and "evaluation only" in mcm["licence"] and "three times" in mcm["spent"]
+
+
+def test_budgie_is_the_new_blind_source():
+    """Budgie backgrounds (18 CC0 photographs, 4K JPEG, at a pinned commit): unscored, so the one blind source; its free
+    terms let it become a leave-one-source-out source once spent."""
+    m = json.loads(fc.MANIFEST.read_text())
+    budgie = fc.corpus_sources(m, blind=True)["budgie"]
+    assert budgie["blind"] is True and fc.blind_status(budgie) == "blind" and len(budgie["files"]) == 18
+    assert budgie["registry"] == "GitHub" and budgie["licence"].startswith("CC0-1.0")
+    assert [s for s, src in m["sources"].items() if fc.blind_status(src) == "blind" and src.get("blind")] == ["budgie"]
 
 
 def test_kodak_is_a_fold_now():
@@ -63,7 +73,7 @@ def test_kodak_is_a_fold_now():
     m = json.loads(fc.MANIFEST.read_text())
     training, blind = fc.corpus_sources(m), fc.corpus_sources(m, blind=True)
     assert set(training) == {"skimage", "kadid", "mate", "plasma", "lomiri", "kodak"}
-    assert set(blind) == {"cbsd68", "mcmaster"}
+    assert set(blind) == {"cbsd68", "mcmaster", "budgie"}
     assert m["sources"]["kodak"]["blind"] is False and len(training["kodak"]["files"]) == 24
 
 
@@ -183,13 +193,14 @@ def test_blind_report_scores_each_source_on_its_own_with_its_status(tmp_path, mo
         assert got["status"] == fc.blind_status(src) and got["n_photos"] == len(src["files"])
         assert all(got[lad]["n"] == len(src["files"]) for lad in fc.LADDERS)
     assert all(len(sources) == 1 for sources, _ in seen) and len(seen) == 2 * len(report["sources"])
-    assert report["sources"]["cbsd68"]["status"] == "spent" and report["sources"]["mcmaster"]["status"] == "blind"
+    assert [report["sources"][s]["status"] for s in ("cbsd68", "mcmaster", "budgie")] == ["spent", "spent", "blind"]
     # the command prints one line per source and ladder, labelled with its status, and writes the per-source report
     out = tmp_path / "blind.json"
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "cbsd68 (spent, 68 photos), alt ladder" in printed and "mcmaster (blind, 18 photos), fit ladder" in printed
-    assert set(json.loads(out.read_text())["sources"]) == {"cbsd68", "mcmaster"}
+    assert "cbsd68 (spent, 68 photos), alt ladder" in printed and "mcmaster (spent, 18 photos), fit ladder" in printed
+    assert "budgie (blind, 18 photos), alt ladder" in printed
+    assert set(json.loads(out.read_text())["sources"]) == {"cbsd68", "mcmaster", "budgie"}
 
 
 # ------------------------------------------------------------------------------------ GitHub sources
