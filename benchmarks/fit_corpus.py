@@ -149,9 +149,6 @@ def _locate(cache: Path, src: dict, name: str) -> Path:
     if src["package"] == "scikit-image":
         import skimage
         return Path(skimage.__file__).parent / "data" / name
-    if src["package"] == "pyiqa":
-        import pyiqa
-        return Path(pyiqa.__file__).parent.parent / src["where"] / name
     raise ValueError(f"unknown source {src}")
 
 
