@@ -98,15 +98,18 @@ def test_blur_severity_rises_with_sigma(coffee):
     ("high sharpen", "Sharpness", "sharpening"),
 ])
 def test_strong_distortion_is_the_top_detection_with_a_measured_reason(coffee, type_name, category, word):
-    found = sv.detect(_img(coffee, type_name, 5))
-    # Strong unsharp masking also amplifies grain: since the real-photo fit it ranks second, just behind
-    # noise (coffee: 2.66 vs 2.78), so for it the category must be among the top two.
-    top = next(d for d in found[:2] if d.category == category) if type_name == "high sharpen" else found[0]
+    top = sv.detect(_img(coffee, type_name, 5))[0]
     assert top.category == category
-    if type_name == "brighten":
+    if type_name == "high sharpen":
+        # Strong unsharp masking also amplifies grain: it ranked second behind noise until the noise detectors'
+        # discount against over-sharpening; now it is the main finding. Coffee's edge overshoot at level 5 (0.236)
+        # lies between the corpus' level-2 and level-3 values, and the 5-source fit raised the sharpen detector's
+        # clean offset (1.14 -> 1.68: pyiqa's Kodak duplicates left the corpus), so it reads slight (1.87, was 2.53).
+        assert top.severity != "none" and sv.analyze(_img(coffee, type_name, 5))[category].level >= 1.5
+    elif type_name == "brighten":
         # Kodak24's high-key photos joined the fit (6 sources): clean photos of unseen sources now reach a higher
-        # over-exposure level, so the clean offset rose (1.68 -> 1.86) and gamma 0.3 on coffee reads 2.42, the top
-        # of "slight" (5 sources: 3.36). Held out, brighten levels 4-5 read moderate or worse in 65 % / 75 % of cases
+        # over-exposure level, so the clean offset rose (1.68 -> 1.86; 1.89 since pyiqa's Kodak duplicates left) and
+        # gamma 0.3 on coffee read 2.42, the top of "slight" (5 sources before Kodak24: 3.36; now 2.77). Held out, brighten levels 4-5 read moderate or worse in 65 % / 75 % of cases
         # (5 sources: 71 % / 82 %): benchmarks/RESULTS.md. It must still be the main finding, past level 2.
         assert top.severity in ("slight", "moderate", "severe", "extreme") and sv.analyze(
             _img(coffee, type_name, 5))[category].level >= 2.0
