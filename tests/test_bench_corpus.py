@@ -67,6 +67,25 @@ def test_budgie_was_scored_once_and_is_spent():
     assert budgie["registry"] == "GitHub" and budgie["licence"].startswith("CC0-1.0") and "next refit" in budgie["spent"]
 
 
+def test_urban100_is_the_new_blind_source():
+    """Urban100 (Huang, Singh, Ahuja, CVPR 2015: Flickr photos of urban scenes, no licence stated) at a pinned commit:
+    the only unscored blind source, evaluation only (never fitted on), 93 of its 100 colour PNGs (the seven
+    black-and-white ones left out)."""
+    m = json.loads(fc.MANIFEST.read_text())
+    blind = fc.corpus_sources(m, blind=True)
+    assert [name for name, src in blind.items() if fc.blind_status(src) == "blind"] == ["urban100"]
+    urban = blind["urban100"]
+    assert urban["blind"] is True and "spent" not in urban and len(urban["files"]) == 93
+    assert urban["registry"] == "GitHub" and urban["repo"] == "majedelhelou/denoising_datasets"
+    assert urban["commit"] == "58234876fef6f1b56306705c78dfd40cdb837b86" and urban["where"] == "CUrban100/"
+    assert urban["licence"].startswith("No licence stated") and "evaluation only" in urban["licence"]
+    assert "never fitted on" in urban["licence"] and "Flickr" in urban["licence"]
+    for gray in ("img_011", "img_028", "img_036", "img_042", "img_045", "img_072", "img_095"):
+        assert f"{gray}.png" not in urban["files"] and gray in urban["licence"]
+    assert "urban100 (Urban100" in m["about"] and "is the blind source now" in m["about"]
+    assert not {(s.get("repo"), s.get("where")) for s in fc.corpus_sources(m).values()} & {(urban["repo"], urban["where"])}
+
+
 def test_kodak_is_a_fold_now():
     """Kodak24 was scored blind once (two sessions ago) and is spent: the sixth leave-one-source-out source."""
     m = json.loads(fc.MANIFEST.read_text())
@@ -74,7 +93,7 @@ def test_kodak_is_a_fold_now():
     assert set(training) == {"skimage", "mate", "plasma", "lomiri", "kodak"}
     # pyiqa's calibration photos are TID2013's references, i.e. Kodak photos again: not a source of their own
     assert not any("ResultsCalibra" in src["where"] for src in m["sources"].values())
-    assert set(blind) == {"cbsd68", "mcmaster", "budgie"}
+    assert set(blind) == {"cbsd68", "mcmaster", "budgie", "urban100"}
     assert m["sources"]["kodak"]["blind"] is False and len(training["kodak"]["files"]) == 24
 
 
@@ -194,14 +213,15 @@ def test_blind_report_scores_each_source_on_its_own_with_its_status(tmp_path, mo
         assert got["status"] == fc.blind_status(src) and got["n_photos"] == len(src["files"])
         assert all(got[lad]["n"] == len(src["files"]) for lad in fc.LADDERS)
     assert all(len(sources) == 1 for sources, _ in seen) and len(seen) == 2 * len(report["sources"])
-    assert [report["sources"][s]["status"] for s in ("cbsd68", "mcmaster", "budgie")] == ["spent", "spent", "spent"]
+    assert [report["sources"][s]["status"] for s in ("cbsd68", "mcmaster", "budgie", "urban100")] == [
+        "spent", "spent", "spent", "blind"]
     # the command prints one line per source and ladder, labelled with its status, and writes the per-source report
     out = tmp_path / "blind.json"
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "cbsd68 (spent, 68 photos), alt ladder" in printed and "mcmaster (spent, 18 photos), fit ladder" in printed
-    assert "budgie (spent, 18 photos), alt ladder" in printed
-    assert set(json.loads(out.read_text())["sources"]) == {"cbsd68", "mcmaster", "budgie"}
+    assert "budgie (spent, 18 photos), alt ladder" in printed and "urban100 (blind, 93 photos), fit ladder" in printed
+    assert set(json.loads(out.read_text())["sources"]) == {"cbsd68", "mcmaster", "budgie", "urban100"}
 
 
 # ------------------------------------------------------------------------------------ GitHub sources
