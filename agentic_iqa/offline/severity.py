@@ -261,7 +261,7 @@ DETECTORS: tuple[Detector, ...] = (
              # damage has gone), scales the level.
              fr_discount=Discount(("gaussian blur", "lens blur", "motion blur"),
                                   ("fr_log_unexplained", "fr_conc_gain", "fr_fine_gain"), "a blur of the reference"),
-             # With a reference a darkening is also called wavelet smearing (held out, levels 3-5: 119 of 225).
+             # With a reference a darkening is also called wavelet smearing (held out, levels 3-5: 119 of 210).
              # Darkening added to these confusers cut that only to 107 and lowered FR top-1 by 0.0015 (RESULTS.md,
              # issue 10 follow-up 18): not kept.
              # Without a reference a blur was also called wavelet smearing (held out: Gaussian 57, lens 68 of 375
@@ -272,9 +272,9 @@ DETECTORS: tuple[Detector, ...] = (
     # scales onto one score, so level-1 impulse noise (already far from clean) read as level 3 while
     # level-5 white noise read lower; each kind's own monotone map keeps levels comparable across types.
     # Sharpening with gain 5-8 amplifies grain: "Is there noise in the image?" was Yes on strong over-sharpening
-    # (held out, levels 3-5: 167 of 225 without a reference, 210 with one), each of the three detectors alone
+    # (held out, 6 sources, levels 3-5: 167 of 225 without a reference, 210 with one), each of the three detectors alone
     # answering Yes on some of them. Without a reference each weighs its own measures as its own noise against an
-    # over-sharpening (167 -> 27). The same with a reference (own FR measures) cut 210 to 0 but took FR intra SRCC
+    # over-sharpening (5 sources: 154 -> 25 of 210). The same with a reference (own FR measures) cut 210 to 0 but took FR intra SRCC
     # 0.9983 -> 0.9966 (over-sharpening's own 1.000 -> 0.971): not kept.
     Detector("noise", "Noise", "noise", ("white noise", "multiplicative noise"),
              nr=("log_chroma_noise", "log_noise_flat", "log_impulse", "-overshoot", "fine_to_mid"),
