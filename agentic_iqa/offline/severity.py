@@ -216,11 +216,18 @@ def _blurred_reference(s: dict) -> Optional[str]:
     return None
 
 
+# Measures shared by detectors of one family (the blur and motion detectors with a reference; the three noise kinds).
+_BLUR_FR = ("-fr_fine_gain", "-fr_mid_gain", "fr_blur_explained", "-fr_conc_gain", "-fr_detail_corr", "fr_motion_len",
+            "fr_motion_explained")
+_NOISE_NR = ("log_chroma_noise", "log_noise_flat", "log_impulse", "-overshoot", "fine_to_mid")
+_NOISE_FR = ("fr_log_noise", "fr_log_chroma_noise_gain", "fr_log_impulse_gain", "-fr_detail_corr")
+# Each noise detector without a reference weighs its own measures as its own noise against an over-sharpening.
+_SHARPENING_LOOKALIKE = Discount(("high sharpen",), _NOISE_NR, "an over-sharpening")
+
 DETECTORS: tuple[Detector, ...] = (
     Detector("blur", "Blurs", "blur", ("gaussian blur", "lens blur"),
              nr=("reblur", "-mid_to_coarse", "-fine_to_mid", "-edge_sharp", "-fine_conc"),
-             fr=("-fr_fine_gain", "-fr_mid_gain", "fr_blur_explained", "-fr_conc_gain", "-fr_detail_corr",
-                 "fr_motion_len", "fr_motion_explained"),
+             fr=_BLUR_FR,
              primary="reblur", primary_fr="fr_fine_gain"),
     # Motion blur keeps the edges along its direction sharp, which the isotropic blur measures read as
     # detail (level-5 motion blur reached only level ~2 on the shared blur detector): its own detector
@@ -228,15 +235,12 @@ DETECTORS: tuple[Detector, ...] = (
     Detector("motion", "Blurs", "motion blur (detail lost along one direction)", ("motion blur",),
              nr=("reblur", "-mid_to_coarse", "-fine_to_mid", "-edge_sharp", "-fine_conc", "motion_streak",
                  "fine_orient_peak", "motion_streak_mid"),
-             fr=("-fr_fine_gain", "-fr_mid_gain", "fr_blur_explained", "-fr_conc_gain", "-fr_detail_corr",
-                 "fr_motion_len", "fr_motion_explained"),
+             fr=_BLUR_FR,
              primary="motion_streak", primary_fr="fr_motion_len",
              # A contrast loss lowers every detail band as a long line blur does, so the line fit settles on its
              # longest length and explains a quarter of the change: with a reference, "Is it blurry?" was Yes on
              # every contrast decrease at levels 3-5 (held out, 225 of 225), and on strong brightening and JPEG.
-             fr_discount=Discount(("contrast decrease", "brighten", "jpeg"),
-                                  ("-fr_fine_gain", "-fr_mid_gain", "fr_blur_explained", "-fr_conc_gain", "-fr_detail_corr",
-                                   "fr_motion_len", "fr_motion_explained"), "a tone or compression change")),
+             fr_discount=Discount(("contrast decrease", "brighten", "jpeg"), _BLUR_FR, "a tone or compression change")),
     # The spec has no category for KADID's spatial family; pixelation is loss of detail, so it is
     # reported as a blur (the benchmark leaves it out of detection accuracy, not out of scoring).
     Detector("pixelate", "Blurs", "pixelation (blocky loss of detail)", ("pixelate",),
@@ -272,28 +276,22 @@ DETECTORS: tuple[Detector, ...] = (
     # scales onto one score, so level-1 impulse noise (already far from clean) read as level 3 while
     # level-5 white noise read lower; each kind's own monotone map keeps levels comparable across types.
     # Sharpening with gain 5-8 amplifies grain: "Is there noise in the image?" was Yes on strong over-sharpening
-    # (held out, 6 sources, levels 3-5: 167 of 225 without a reference, 210 with one), each of the three detectors alone
-    # answering Yes on some of them. Without a reference each weighs its own measures as its own noise against an
-    # over-sharpening (5 sources: 154 -> 25 of 210). The same with a reference (own FR measures) cut 210 to 0 but took FR intra SRCC
-    # 0.9983 -> 0.9966 (over-sharpening's own 1.000 -> 0.971): not kept.
+    # (held out, 6 sources, levels 3-5: 167 of 225 without a reference, 210 with one), each of the three detectors
+    # alone answering Yes on some of them. Without a reference each weighs its own measures as its own noise against an
+    # over-sharpening (``_SHARPENING_LOOKALIKE``; 5 sources: 154 -> 25 of 210). The same with a reference (own FR
+    # measures) cut 210 to 0 but took FR intra SRCC 0.9983 -> 0.9966 (over-sharpening's own 1.000 -> 0.971): not kept.
     Detector("noise", "Noise", "noise", ("white noise", "multiplicative noise"),
-             nr=("log_chroma_noise", "log_noise_flat", "log_impulse", "-overshoot", "fine_to_mid"),
-             fr=("fr_log_noise", "fr_log_chroma_noise_gain", "fr_log_impulse_gain", "-fr_detail_corr"),
+             nr=_NOISE_NR, fr=_NOISE_FR,
              primary="noise_flat", primary_fr="fr_noise",
-             nr_discount=Discount(("high sharpen",), ("log_chroma_noise", "log_noise_flat", "log_impulse", "-overshoot",
-                                                      "fine_to_mid"), "an over-sharpening")),
+             nr_discount=_SHARPENING_LOOKALIKE),
     Detector("chroma_noise", "Noise", "colour noise", ("white noise in color component",),
-             nr=("log_chroma_noise", "log_noise_flat", "log_impulse", "-overshoot", "fine_to_mid"),
-             fr=("fr_log_noise", "fr_log_chroma_noise_gain", "fr_log_impulse_gain", "-fr_detail_corr"),
+             nr=_NOISE_NR, fr=_NOISE_FR,
              primary="chroma_noise", primary_fr="fr_chroma_noise_gain",
-             nr_discount=Discount(("high sharpen",), ("log_chroma_noise", "log_noise_flat", "log_impulse", "-overshoot",
-                                                      "fine_to_mid"), "an over-sharpening")),
+             nr_discount=_SHARPENING_LOOKALIKE),
     Detector("impulse", "Noise", "impulse (salt-and-pepper) noise", ("impulse noise",),
-             nr=("log_chroma_noise", "log_noise_flat", "log_impulse", "-overshoot", "fine_to_mid"),
-             fr=("fr_log_noise", "fr_log_chroma_noise_gain", "fr_log_impulse_gain", "-fr_detail_corr"),
+             nr=_NOISE_NR, fr=_NOISE_FR,
              primary="impulse", primary_fr="fr_impulse_gain",
-             nr_discount=Discount(("high sharpen",), ("log_chroma_noise", "log_noise_flat", "log_impulse", "-overshoot",
-                                                      "fine_to_mid"), "an over-sharpening")),
+             nr_discount=_SHARPENING_LOOKALIKE),
     Detector("sharpen", "Sharpness", "over-sharpening (edge halos)", ("high sharpen",),
              nr=("overshoot", "edge_sharp", "-fine_to_mid", "mid_to_coarse", "log_lap_var", "-log_chroma_noise"),
              fr=("fr_detail_corr", "fr_overshoot_gain", "fr_mid_gain", "-fr_fine_gain"),
