@@ -111,6 +111,7 @@ def _flat_shadows(s: dict) -> float:
 FEATURES["dark_median_flat"] = lambda s: max(128.0 - s["median_luma"], 0.0) * _flat_shadows(s)
 FEATURES["dark_mean_flat"] = lambda s: max(128.0 - s["mean_luma"], 0.0) * _flat_shadows(s)
 FEATURES["dark_frac_flat"] = lambda s: s["dark_frac"] * _flat_shadows(s)
+FEATURES["dark_p95_flat"] = lambda s: (255.0 - s["p95"]) * _flat_shadows(s)
 FR_KEYS = ("fr_mean_shift", "fr_median_shift", "fr_spread_ratio", "fr_contrast_ratio", "fr_fine_gain",
            "fr_mid_gain", "fr_detail_corr", "fr_blur_sigma", "fr_blur_explained", "fr_noise",
            "fr_chroma_noise_gain", "fr_block_gain", "fr_impulse_gain", "fr_chroma_ratio", "fr_occupancy_ratio",
@@ -297,7 +298,7 @@ DETECTORS: tuple[Detector, ...] = (
              fr=("fr_detail_corr", "fr_overshoot_gain", "fr_mid_gain", "-fr_fine_gain"),
              primary="overshoot", primary_fr="fr_overshoot_gain"),
     Detector("dark", "Brightness change", "under-exposure (too dark)", ("darken",),
-             nr=("dark_median_flat", "dark_mean_flat", "dark_frac_flat", "-p95"),
+             nr=("dark_median_flat", "dark_mean_flat", "dark_frac_flat", "dark_p95_flat"),
              fr=("-fr_median_shift", "-fr_mean_shift"),
              primary="median_luma", primary_fr="fr_median_shift", judges_detail=False,
              # With a reference, over-saturation also lowers the luminance (held out: "too dark?" answered Yes on 62
