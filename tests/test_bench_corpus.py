@@ -58,14 +58,14 @@ def test_mcmaster_is_spent_and_stays_evaluation_only():
     assert mcm["registry"] == "GitHub" and "evaluation only" in mcm["licence"] and "three times" in mcm["spent"]
 
 
-def test_budgie_was_scored_once_and_is_spent():
+def test_budgie_was_scored_once_and_is_a_fold_now():
     """Budgie backgrounds (18 CC0 photographs, 4K JPEG, at a pinned commit): blind for one session, scored once with the
-    final fit, so spent; its free terms make it a leave-one-source-out source once its fit keeps the clean regression photos
-    clean (tried: not yet)."""
+    final fit; its free terms made it a leave-one-source-out source."""
     m = json.loads(fc.MANIFEST.read_text())
-    budgie = fc.corpus_sources(m, blind=True)["budgie"]
-    assert budgie["blind"] is True and fc.blind_status(budgie) == "spent" and len(budgie["files"]) == 18
-    assert budgie["registry"] == "GitHub" and budgie["licence"].startswith("CC0-1.0") and "leave-one-source-out" in budgie["spent"]
+    budgie = fc.corpus_sources(m)["budgie"]
+    assert budgie["blind"] is False and "spent" not in budgie and len(budgie["files"]) == 18
+    assert budgie["registry"] == "GitHub" and budgie["licence"].startswith("CC0-1.0")
+    assert "budgie (CC0) was blind for one session, scored once" in m["about"]
 
 
 def test_urban100_is_the_new_blind_source():
@@ -88,13 +88,13 @@ def test_urban100_is_the_new_blind_source():
 
 
 def test_kodak_is_a_fold_now():
-    """Kodak24 was scored blind once (two sessions ago) and is spent: the sixth leave-one-source-out source."""
+    """Kodak24 was scored blind once and is spent: a leave-one-source-out source (budgie, scored blind once, too)."""
     m = json.loads(fc.MANIFEST.read_text())
     training, blind = fc.corpus_sources(m), fc.corpus_sources(m, blind=True)
-    assert set(training) == {"skimage", "mate", "plasma", "lomiri", "kodak"}
+    assert set(training) == {"skimage", "mate", "plasma", "lomiri", "kodak", "budgie"}
     # pyiqa's calibration photos are TID2013's references, i.e. Kodak photos again: not a source of their own
     assert not any("ResultsCalibra" in src["where"] for src in m["sources"].values())
-    assert set(blind) == {"cbsd68", "mcmaster", "budgie", "urban100"}
+    assert set(blind) == {"cbsd68", "mcmaster", "urban100"}
     assert m["sources"]["kodak"]["blind"] is False and len(training["kodak"]["files"]) == 24
 
 
@@ -214,15 +214,14 @@ def test_blind_report_scores_each_source_on_its_own_with_its_status(tmp_path, mo
         assert got["status"] == fc.blind_status(src) and got["n_photos"] == len(src["files"])
         assert all(got[lad]["n"] == len(src["files"]) for lad in fc.LADDERS)
     assert all(len(sources) == 1 for sources, _ in seen) and len(seen) == 2 * len(report["sources"])
-    assert [report["sources"][s]["status"] for s in ("cbsd68", "mcmaster", "budgie", "urban100")] == [
-        "spent", "spent", "spent", "blind"]
+    assert [report["sources"][s]["status"] for s in ("cbsd68", "mcmaster", "urban100")] == ["spent", "spent", "blind"]
     # the command prints one line per source and ladder, labelled with its status, and writes the per-source report
     out = tmp_path / "blind.json"
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "cbsd68 (spent, 68 photos), alt ladder" in printed and "mcmaster (spent, 18 photos), fit ladder" in printed
-    assert "budgie (spent, 18 photos), alt ladder" in printed and "urban100 (blind, 93 photos), fit ladder" in printed
-    assert set(json.loads(out.read_text())["sources"]) == {"cbsd68", "mcmaster", "budgie", "urban100"}
+    assert "urban100 (blind, 93 photos), fit ladder" in printed and "budgie" not in printed
+    assert set(json.loads(out.read_text())["sources"]) == {"cbsd68", "mcmaster", "urban100"}
 
 
 # ------------------------------------------------------------------------------------ GitHub sources
