@@ -164,7 +164,8 @@ class Discount:
     types (all levels) against ``confusers``; the detector's level is multiplied by its probability of the
     detector's own damage. A threshold gate switches between levels of one damage type (it gated FR motion blur
     from level 2 on, where the line fit works, but not level 1, which then scored below level 2); a probability
-    moves smoothly with the evidence."""
+    moves smoothly with the evidence. Features: the detector's own measures, and where those cannot tell the
+    confuser apart, the confuser's own measure too (a darkening's median shift, a colour loss's chroma ratio)."""
     confusers: tuple[str, ...]
     features: tuple[str, ...]
     confused_with: str  # for explanations: what the confusers have in common
@@ -266,11 +267,12 @@ DETECTORS: tuple[Detector, ...] = (
              # per cent of any blur, wavelet smearing keeps detail concentrated on edges: the probability of
              # JPEG2000 against the three blurs on those measures, with the fine-detail loss (how far each
              # damage has gone), scales the level.
-             fr_discount=Discount(("gaussian blur", "lens blur", "motion blur"),
-                                  ("fr_log_unexplained", "fr_conc_gain", "fr_fine_gain"), "a blur of the reference"),
-             # With a reference a darkening is also called wavelet smearing (held out, levels 3-5: 119 of 210).
-             # Darkening added to these confusers cut that only to 107 and lowered FR top-1 by 0.0015 (RESULTS.md,
-             # issue 10 follow-up 18): not kept.
+             fr_discount=Discount(("gaussian blur", "lens blur", "motion blur", "darken"),
+                                  ("fr_log_unexplained", "fr_conc_gain", "fr_fine_gain", "fr_median_shift"),
+                                  "a blur or darkening of the reference"),
+             # With a reference a darkening was also called wavelet smearing (held out, levels 3-5: 151 of 264).
+             # As a confuser on these three measures alone it cut that only to 107 of 210 (RESULTS.md, follow-up
+             # 18); with darkening's own measure, the median shift, beside them: 151 -> 11 (follow-up 19).
              # Without a reference a blur was also called wavelet smearing (held out: Gaussian 57, lens 68 of 375
              # at moderate or worse): the same measures, weighed as JPEG2000 against the three blurs.
              nr_discount=Discount(("gaussian blur", "lens blur", "motion blur"),
@@ -310,11 +312,13 @@ DETECTORS: tuple[Detector, ...] = (
     Detector("bright", "Brightness change", "over-exposure (too bright)", ("brighten",),
              nr=("median_luma", "mean_luma", "bright_frac", "black_point"),
              fr=("fr_median_shift", "fr_mean_shift"),
-             # With a reference, desaturation also raises the luminance (held out: "too bright?" answered Yes on 128
-             # of 204 desaturated images at levels 3-5). A Discount of brightening against desaturation on these two
-             # measures cut that to 82 but lowered FR top-1 by 0.0022 (brightened photos' small shifts overlap
-             # desaturation's large ones, so their level fell and another category ranked first): not kept.
-             primary="median_luma", primary_fr="fr_median_shift", judges_detail=False),
+             # With a reference, desaturation also raises the luminance ("too bright?" answered Yes on 167 of 264
+             # desaturated images at levels 3-5, held out). On the two shifts alone a Discount cut that only to 82
+             # and lowered FR top-1 (brightened photos' small shifts overlap desaturation's large ones); with
+             # desaturation's own measure, the chroma ratio, beside them it tells the two apart (167 -> 0).
+             primary="median_luma", primary_fr="fr_median_shift", judges_detail=False,
+             fr_discount=Discount(("color saturation 1",), ("fr_median_shift", "fr_mean_shift", "fr_chroma_ratio"),
+                                  "a colour loss")),
     Detector("low_contrast", "Contrast", "contrast loss", ("contrast decrease",),
              nr=("-log_rms_contrast", "-spread", "p01", "-p99", "-log_local_contrast"),
              fr=("-fr_spread_ratio", "-fr_contrast_ratio"),
