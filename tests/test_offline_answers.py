@@ -156,7 +156,7 @@ def test_discount_is_fitted_per_mode_on_its_own_measures_and_moves_smoothly():
     j2k = next(d for d in sv.DETECTORS if d.name == "j2k")
     # Synthetic statistics: a growing share of the difference explained by a blur of the reference lowers the
     # probability of wavelet smearing continuously (no step), from near 1 to near 0.
-    base = {"fr_conc_gain": 0.0, "fr_fine_gain": -0.6, "fr_motion_explained": 0.0}
+    base = {"fr_conc_gain": 0.0, "fr_fine_gain": -0.6, "fr_motion_explained": 0.0, "fr_median_shift": 0.0}
     ps = [sv.discount_probability(th["fr"]["j2k"], {**base, "fr_blur_explained": e}) for e in np.linspace(0.0, 0.99, 100)]
     assert np.all(np.diff(ps) < 0) and ps[0] > 0.9 and ps[-1] < 0.1 and max(np.abs(np.diff(ps))) < 0.15, ps
     # A fit without one side (a few types only) leaves the level undiscounted instead of failing
@@ -541,3 +541,23 @@ def test_an_over_sharpened_photo_without_a_reference_is_not_called_noisy(astrona
         for kind in ("white noise", "white noise in color component", "impulse noise", "multiplicative noise"):
             an = sv.analyze(distort(ref, kind, 4, seed=0, key="test"))
             assert _answer(query, an) == "A", (kind, sv.explain(an))
+
+
+# ── options that grade one distortion, or claim its absence ──────────────────────────────────────
+
+def test_graded_and_none_options_are_chosen_by_the_measured_severity(astronaut):
+    """Options naming the same distortion at different grades, or "Good" / "None", tied on the distortion's level, so
+    the first option always won: "How noisy is it? A. Not noisy B. Slightly noisy C. Very noisy" was A on strong
+    noise, and "A. Too dark B. Good C. Too bright" A on a clean photo."""
+    clean = sv.analyze(astronaut)
+    graded = "How noisy is it? A. Not noisy B. Slightly noisy C. Very noisy"
+    levels = {lv: sv.analyze(distort(astronaut, "white noise", lv)) for lv in (2, 5)}
+    assert levels[2]["Noise"].severity == "slight" and levels[5]["Noise"].severity in ("severe", "extreme")
+    assert [_answer(graded, a) for a in (clean, levels[2], levels[5])] == ["A", "B", "C"]
+    assert _answer("How noisy is the image? A. Not at all B. Slightly C. Very", levels[5]) == "C"
+    exposure = "How is the exposure? A. Too dark B. Good C. Too bright"
+    dark = sv.analyze(distort(astronaut, "darken", 4))
+    assert [_answer(exposure, a) for a in (clean, dark)] == ["B", "A"]
+    main = "What is the main distortion? A. Noise B. Blur C. JPEG compression D. None"
+    blurred = sv.analyze(distort(astronaut, "gaussian blur", 4))
+    assert [_answer(main, a) for a in (clean, levels[5], blurred)] == ["D", "A", "B"]

@@ -39,6 +39,7 @@ from signatures.models import (
     PlannerOutput,
     SummarizerOutput,
 )
+from signatures.vocabulary import SEVERITY_RANK
 
 FUSION_CHOICE_FILE = Path(__file__).with_name("fusion_choice.json")
 _YES = re.compile(r"^\s*(yes|true|present|there is)\b", re.I)
@@ -260,7 +261,6 @@ def answer_question(query: str, plan: PlannerOutput, analyses: dict, fused_level
     and a yes/no question about the quality itself ("Is it of good quality?") from the fused level."""
     options = mcq_options(query)
     asked = [c for dists in (plan.distortions or {}).values() for c in dists] or named_distortions(query)
-    level_of = {c: a.level for c, a in analyses.items()}
     # Asked the positive way, Yes means the damage is absent: "Is it sharp?" = "is it free of blur?", "Is the contrast
     # good?" = "is there no contrast loss?".
     polarity = _quality_polarity(query)
@@ -275,8 +275,9 @@ def answer_question(query: str, plan: PlannerOutput, analyses: dict, fused_level
         if yes and no and polarity is not None:
             return yes if _good(fused_level) == polarity else no
         by_category = {k: named_distortions(v) for k, v in texts.items()}
-        if any(by_category.values()):
-            return max(by_category, key=lambda k: max((level_of.get(c, 0.0) for c in by_category[k]), default=-1.0))
+        graded = {k: _option_grade(v) for k, v in texts.items()}
+        if any(by_category.values()) or (asked and any(g is not None for g in graded.values())):
+            return _best_distortion_option(texts, by_category, graded, asked, analyses)
         by_level = {k: LEVEL_SCORES[letter] for k, v in texts.items() for letter, name in LEVEL_NAMES.items() if name.lower() in v.lower()}
         if by_level:
             target = LEVEL_SCORES[fused_level]
@@ -293,6 +294,53 @@ def answer_question(query: str, plan: PlannerOutput, analyses: dict, fused_level
     if worst.severity == "none":
         return "No distortion stands out; the image measures within the clean-photo range."
     return f"The most visible distortion is {worst.category.lower()} ({worst.severity})."
+
+
+# How much of a distortion an option claims ("Slightly noisy", "Very blurry", "Not noisy"); an option that names no
+# distortion but a good word ("Good", "Normal", "None") claims its absence. "low" and "high" are not grades: "Low
+# contrast" names a contrast loss, "high" a quality.
+_OPTION_GRADES = (
+    ("none", re.compile(r"\b(?:not|no|none|nothing|free of|without|normal|good|fine|correct|proper|natural|adequate|"
+                        r"acceptable|ok(?:ay)?|well|clean|just right|neither)\b", re.I)),
+    ("extreme", re.compile(r"\b(?:extreme(?:ly)?|complete(?:ly)?|total(?:ly)?|unusabl[ey])\b", re.I)),
+    ("severe", re.compile(r"\b(?:very|severe(?:ly)?|heav(?:y|ily)|strong(?:ly)?|serious(?:ly)?|significant(?:ly)?|"
+                          r"bad(?:ly)?|major|a lot)\b", re.I)),
+    ("moderate", re.compile(r"\b(?:moderate(?:ly)?|noticeabl[ey]|fairly|quite|medium|clearly)\b", re.I)),
+    ("slight", re.compile(r"\b(?:slight(?:ly)?|mild(?:ly)?|a (?:little|bit)|minor|barely|faint(?:ly)?|somewhat)\b", re.I)),
+)
+_GRADE_LEVEL = {"none": 0.0, "slight": 1.5, "moderate": 3.0, "severe": 4.0, "extreme": 5.0}  # mid-points of the severity bands
+
+
+def _option_grade(text: str) -> Optional[str]:
+    return next((grade for grade, pattern in _OPTION_GRADES if pattern.search(text)), None)
+
+
+def _best_distortion_option(texts: dict, by_category: dict, graded: dict, asked: list, analyses: dict) -> str:
+    """The option whose claim the measurements fit best. An option names distortions (else the question's, or for a
+    bare "None" / "Good" every distortion the other options name) and claims a grade of them ("Slightly noisy") or,
+    without one, that they are present; its measured level and severity are those of the detectors its own words
+    mean ("Too dark": under-exposure). A present distortion's option beats a claim of absence, the stronger measured
+    one wins among them, and a graded option wins by how close its grade is to the measured severity."""
+    named_anywhere = [c for cats in by_category.values() for c in cats]
+
+    def measured(key: str) -> tuple[float, str]:
+        cats = by_category[key] or (asked if graded[key] not in (None, "none") else asked or named_anywhere)
+        found = []
+        for c in dict.fromkeys(cats):
+            if c not in analyses:
+                continue
+            a, meant = analyses[c], asked_detectors(c, texts[key])
+            d = strongest(a, meant[0]) if meant else None
+            found.append((a.detectors.get(d, 0.0), a.severity_of(d)) if d else (a.level, a.severity))
+        return max(found, default=(0.0, "none"))
+
+    def fit(key: str) -> tuple[int, float]:
+        level, severity = measured(key)
+        if graded[key] is None:  # claims presence: right when present, then the stronger the better
+            return (0 if severity != "none" else 1), -level
+        return abs(SEVERITY_RANK[severity] - SEVERITY_RANK[graded[key]]), abs(level - _GRADE_LEVEL[graded[key]])
+
+    return min(texts, key=fit)
 
 
 # Good and bad words: a yes/no question about the quality itself is answered from the level (True: Yes means good); a
