@@ -68,22 +68,22 @@ def test_budgie_was_scored_once_and_is_a_fold_now():
     assert "budgie (CC0) was blind for one session, scored once" in m["about"]
 
 
-def test_urban100_is_the_new_blind_source():
+def test_urban100_was_scored_once_and_is_spent():
     """Urban100 (Huang, Singh, Ahuja, CVPR 2015: Flickr photos of urban scenes, no licence stated) at a pinned commit:
-    the only unscored blind source, evaluation only (never fitted on), 93 of its 100 colour PNGs (the seven
-    black-and-white ones left out)."""
+    blind for one session, scored once with the final fit, so spent; evaluation only (never fitted on), 93 of its
+    100 colour PNGs (the seven black-and-white ones left out)."""
     m = json.loads(fc.MANIFEST.read_text())
     blind = fc.corpus_sources(m, blind=True)
-    assert [name for name, src in blind.items() if fc.blind_status(src) == "blind"] == ["urban100"]
     urban = blind["urban100"]
-    assert urban["blind"] is True and "spent" not in urban and len(urban["files"]) == 93
+    assert urban["blind"] is True and fc.blind_status(urban) == "spent" and "once" in urban["spent"]
+    assert len(urban["files"]) == 93
     assert urban["registry"] == "GitHub" and urban["repo"] == "majedelhelou/denoising_datasets"
     assert urban["commit"] == "58234876fef6f1b56306705c78dfd40cdb837b86" and urban["where"] == "CUrban100/"
     assert urban["licence"].startswith("No licence stated") and "evaluation only" in urban["licence"]
     assert "never fitted on" in urban["licence"] and "Flickr" in urban["licence"]
     for gray in ("img_011", "img_028", "img_036", "img_042", "img_045", "img_072", "img_095"):
         assert f"{gray}.png" not in urban["files"] and gray in urban["licence"]
-    assert "urban100 (Urban100" in m["about"] and "is the blind source now" in m["about"]
+    assert "urban100 (Urban100" in m["about"] and "scored once (2026-11-26) and spent" in m["about"]
     assert not {(s.get("repo"), s.get("where")) for s in fc.corpus_sources(m).values()} & {(urban["repo"], urban["where"])}
 
 
@@ -214,13 +214,13 @@ def test_blind_report_scores_each_source_on_its_own_with_its_status(tmp_path, mo
         assert got["status"] == fc.blind_status(src) and got["n_photos"] == len(src["files"])
         assert all(got[lad]["n"] == len(src["files"]) for lad in fc.LADDERS)
     assert all(len(sources) == 1 for sources, _ in seen) and len(seen) == 2 * len(report["sources"])
-    assert [report["sources"][s]["status"] for s in ("cbsd68", "mcmaster", "urban100")] == ["spent", "spent", "blind"]
+    assert [report["sources"][s]["status"] for s in ("cbsd68", "mcmaster", "urban100")] == ["spent", "spent", "spent"]
     # the command prints one line per source and ladder, labelled with its status, and writes the per-source report
     out = tmp_path / "blind.json"
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "cbsd68 (spent, 68 photos), alt ladder" in printed and "mcmaster (spent, 18 photos), fit ladder" in printed
-    assert "urban100 (blind, 93 photos), fit ladder" in printed and "budgie" not in printed
+    assert "urban100 (spent, 93 photos), fit ladder" in printed and "budgie" not in printed
     assert set(json.loads(out.read_text())["sources"]) == {"cbsd68", "mcmaster", "urban100"}
 
 
