@@ -152,6 +152,32 @@ def read_source(src: Any, label: Optional[str] = None) -> ImageSource:
     )
 
 
+def _too_many_pixels(label: str, w: int, h: int, max_pixels: int) -> ImageError:
+    return ImageError(
+        f"{label}: {w}×{h} = {w * h:,} pixels exceeds the limit of {max_pixels:,} "
+        "(decompression-bomb guard); downscale it or raise max_image_pixels / AGENTIC_IQA_MAX_PIXELS"
+    )
+
+
+def _header_size(data: bytes) -> Optional[tuple[int, int]]:
+    """(width, height) from the file's header, read by the format plugin without Pillow's own pixel check,
+    which `Image.open` applies first and which refuses headers above 2 × Image.MAX_IMAGE_PIXELS with its
+    own text. Nothing is decoded. None when no plugin reads it (or the plugin checks the size itself)."""
+    prefix = data[:16]
+    for registry in (Image.preinit, Image.init):
+        registry()
+        for fmt in list(Image.ID):
+            factory, accept = Image.OPEN[fmt]
+            try:
+                accepted = accept(prefix) if accept is not None else True
+                if not accepted or isinstance(accepted, str):  # a str is Pillow's "almost this format" warning
+                    continue
+                return tuple(factory(io.BytesIO(data), None).size)  # type: ignore[return-value]
+            except Exception:  # noqa: BLE001 - not this format (or not readable): try the next
+                continue
+    return None
+
+
 def _open_bytes(data: bytes, label: str, max_pixels: int) -> Image.Image:
     try:
         with warnings.catch_warnings():
@@ -160,18 +186,22 @@ def _open_bytes(data: bytes, label: str, max_pixels: int) -> Image.Image:
             im = Image.open(io.BytesIO(data))
             w, h = im.size
             if w * h > max_pixels:
-                raise ImageError(
-                    f"{label}: {w}×{h} = {w * h:,} pixels exceeds the limit of {max_pixels:,} "
-                    "(decompression-bomb guard); downscale it or raise max_image_pixels / AGENTIC_IQA_MAX_PIXELS"
-                )
+                raise _too_many_pixels(label, w, h, max_pixels)
             im.load()
             return im
     except ImageError:
         raise
     except UnidentifiedImageError:
         raise ImageError(f"{label}: not an image (or a format Pillow cannot read); pass a PNG, JPEG, WebP, TIFF, BMP or GIF file") from None
-    except Image.DecompressionBombError as exc:
-        raise ImageError(f"{label}: refused by Pillow as a decompression bomb ({exc})") from None
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        # Pillow refuses huge headers (> 2 × its MAX_IMAGE_PIXELS) before we see the size: say it our way.
+        size = _header_size(data)
+        if size is not None and size[0] * size[1] > max_pixels:
+            raise _too_many_pixels(label, *size, max_pixels) from None
+        pillow = 2 * (Image.MAX_IMAGE_PIXELS or 0)
+        shown = f"{size[0]}×{size[1]} = {size[0] * size[1]:,} pixels" if size else "its size"
+        raise ImageError(f"{label}: {shown} exceeds Pillow's own limit of {pillow:,} pixels (decompression-bomb "
+                         "guard, above max_image_pixels); downscale it") from None
     except (OSError, SyntaxError, ValueError) as exc:
         raise ImageError(f"{label}: truncated or corrupt image data ({exc}); re-export or re-download it") from None
 
