@@ -22,6 +22,12 @@ from agentic_iqa.state import ExecutorOutput, PlannerOutput, SummarizerOutput, T
 
 UNREACHABLE_BACKEND = "offline analyst (LM unreachable: "
 DEFAULT_SCORING_QUERY = "Rate the overall quality of this image."
+# The smallest side an image to assess may have; smaller ones are refused as bad input. The offline
+# statistics need whole 8×8 blocks clear of the border (offline.stats.MIN_SIDE, 24 px), and their frequency
+# bands and block grid need more than that to mean anything: clean photos downscaled to 40 px on the short
+# side all read as severe damage (E: "extreme motion blur", "JPEG blocking"), while from 48 px (six 8×8
+# blocks) the colour photos tried read clean (A/B). BRISQUE, the offline default tool, needs 32 px.
+MIN_IMAGE_SIDE = 48
 _RATING = re.compile(r"\b(rate|rating|score|grade|assess|evaluate|quality|how good|how bad)\b", re.I)
 _YES_NO = re.compile(r"^\s*(is|are|does|do|can|could|was|were|has|have|which|what|where|why|how (?!good|bad))\b", re.I)
 
@@ -221,7 +227,8 @@ class Assessor:
         reference_path = Path(reference) if reference is not None else None
         # Strings go to the loader as given, so that a URL gets its "download it first" hint instead of
         # "file not found".
-        loaded = load_image(image if isinstance(image, str) else image_path, max_pixels=p.max_image_pixels)
+        loaded = load_image(image if isinstance(image, str) else image_path, max_pixels=p.max_image_pixels,
+                            min_side=MIN_IMAGE_SIDE)
         notes += list(getattr(loaded, "notes", []) or [])
         label, (width, height) = loaded.label, loaded.size
         image_sha = loaded.sha256 if reference_path is not None else None

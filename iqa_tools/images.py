@@ -178,7 +178,13 @@ def _header_size(data: bytes) -> Optional[tuple[int, int]]:
     return None
 
 
-def _open_bytes(data: bytes, label: str, max_pixels: int) -> Image.Image:
+def _check_min_side(label: str, w: int, h: int, min_side: int) -> None:
+    if min_side and min(w, h) < min_side:
+        raise ImageError(f"{label}: {w}×{h} px is too small to assess (at least {min_side} px on each side); "
+                         "pass a larger image")
+
+
+def _open_bytes(data: bytes, label: str, max_pixels: int, min_side: int = 0) -> Image.Image:
     try:
         with warnings.catch_warnings():
             # We enforce our own (configurable) pixel limit below; Pillow's warning would be noise.
@@ -187,6 +193,7 @@ def _open_bytes(data: bytes, label: str, max_pixels: int) -> Image.Image:
             w, h = im.size
             if w * h > max_pixels:
                 raise _too_many_pixels(label, w, h, max_pixels)
+            _check_min_side(label, w, h, min_side)  # from the header: a 1-px-tall strip is not decoded
             im.load()
             return im
     except ImageError:
@@ -292,22 +299,23 @@ def clear_decoded_cache() -> None:
         _decoded_bytes = 0
 
 
-def decode(source: ImageSource, max_pixels: Optional[int] = None) -> LoadedImage:
-    """Decode a read source (pixels as numpy; `.tensor` on demand). Raises ImageError.
+def decode(source: ImageSource, max_pixels: Optional[int] = None, min_side: int = 0) -> LoadedImage:
+    """Decode a read source (pixels as numpy; `.tensor` on demand). Raises ImageError, also for an image
+    with a side below `min_side` px (0: any size; tools check their own minimum when they run).
 
     Encoded files and bytes are decoded once while they stay among the recently decoded (see the
     module docstring); the returned pixels are then shared and read-only."""
     global _decoded_bytes
     limit = max_pixels or max_pixels_default()
     if source.data is None:
-        return _decode(source, limit)
+        return _decode(source, limit, min_side)
     key = (source.sha256, limit)
     with _decoded_lock:
         hit = _decoded.get(key)
         if hit is not None:
             _decoded.move_to_end(key)
     if hit is None:
-        img = _decode(source, limit)
+        img = _decode(source, limit, min_side)
         img.pixels.flags.writeable = False
         size = img.pixels.nbytes
         with _decoded_lock:
@@ -318,15 +326,16 @@ def decode(source: ImageSource, max_pixels: Optional[int] = None) -> LoadedImage
                 _decoded_bytes -= _decoded.popitem(last=False)[1][0].nbytes
         return img
     pixels, size, fmt, notes = hit
+    _check_min_side(source.label, *size, min_side)
     return LoadedImage(pixels=pixels, size=size, label=source.label, source=source, format=fmt, notes=list(notes))
 
 
-def _decode(source: ImageSource, limit: int) -> LoadedImage:
+def _decode(source: ImageSource, limit: int, min_side: int = 0) -> LoadedImage:
     notes: list[str] = []
     fmt = None
     obj = source.obj
     if source.data is not None:
-        im = _open_bytes(source.data, source.label, limit)
+        im = _open_bytes(source.data, source.label, limit, min_side)
         fmt = im.format
         hwc = _pil_to_array(im, notes)
     elif isinstance(obj, Image.Image):
@@ -343,13 +352,14 @@ def _decode(source: ImageSource, limit: int) -> LoadedImage:
     h, w = hwc.shape[:2]
     if h == 0 or w == 0:
         raise ImageError(f"{source.label}: image has no pixels ({w}×{h})")
+    _check_min_side(source.label, w, h, min_side)
     pixels = np.ascontiguousarray(hwc if hwc.dtype == np.uint8 else hwc.astype(np.float32, copy=False))
     return LoadedImage(pixels=pixels, size=(w, h), label=source.label, source=source, format=fmt, notes=notes)
 
 
-def load_image(src: Any, *, label: Optional[str] = None, max_pixels: Optional[int] = None) -> LoadedImage:
+def load_image(src: Any, *, label: Optional[str] = None, max_pixels: Optional[int] = None, min_side: int = 0) -> LoadedImage:
     """Read and decode one image. Accepts str/Path, bytes, PIL.Image, numpy array, torch tensor."""
-    return decode(read_source(src, label), max_pixels)
+    return decode(read_source(src, label), max_pixels, min_side)
 
 
 def fit_pixels(img: LoadedImage, max_pixels: int) -> LoadedImage:
