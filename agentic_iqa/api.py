@@ -242,7 +242,7 @@ class Assessor:
         loaded = load_image(image if isinstance(image, str) else _as_path(image), max_pixels=p.max_image_pixels,
                             min_side=MIN_IMAGE_SIDE)
         notes += list(getattr(loaded, "notes", []) or [])
-        if _in_memory(image):  # tools and roles read files: a lossless copy in a folder of our own
+        if _in_memory(image):  # tools and roles read files: a copy in a temporary folder of our own
             image_path = _temporary_copy(loaded, "image", folders, notes)
             shown["image"] = loaded.label
         else:

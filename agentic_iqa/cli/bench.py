@@ -31,7 +31,9 @@ def make_command(
         with Console(stderr=True).status("generating…"):
             manifest = make_benchmark(out, seed=seed, refs=refs or None, types=types or None, mcq=not no_mcq)
     except (ValueError, OSError) as exc:
-        fail(str(exc), EXIT_BAD_INPUT)
+        from rich.markup import escape
+
+        fail(escape(str(exc)), EXIT_BAD_INPUT)  # the message repeats the user's names, brackets included
     n = sum(1 for _ in manifest.open())
     typer.echo(f"wrote {n} rows to {manifest}")
 
@@ -69,7 +71,9 @@ def eval_command(
         settings = load_settings(config, lm=lm, api_base=api_base, backend="offline" if offline else None)
         assessor = Assessor(with_tool_options(settings, device, weights_dir))
     except ConfigError as exc:
-        fail(str(exc))
+        from rich.markup import escape
+
+        fail(escape(str(exc)))  # a YAML error quotes the file's text ('[', ']')
     modes = ["nr", "fr"] if mode == "both" else [mode]
     console = Console(stderr=True)
     # On a terminal a live bar; otherwise (a log file, CI) a plain line per N items or per few seconds.
