@@ -322,19 +322,6 @@ def _mcq_rows(rows: list[dict], seed: int) -> list[dict]:
     return out
 
 
-def _unknown(what: str, unknown: list[str], valid) -> str:
-    """One clause naming the unknown names (with a close match, e.g. 'gaussian_blur' → 'gaussian blur')
-    and every valid one; '' when all are known."""
-    import difflib
-
-    if not unknown:
-        return ""
-    guesses = [g for u in unknown for g in difflib.get_close_matches(u.replace("_", " "), list(valid), n=1, cutoff=0.6)]
-    hint = f" (did you mean {', '.join(repr(g) for g in guesses)}?)" if guesses else ""
-    return (f"unknown {what} {', '.join(repr(u) for u in unknown)}{hint}; valid {what}s: "
-            f"{', '.join(repr(v) for v in valid)}")
-
-
 def make_benchmark(out_dir: str | Path, seed: int = 0, refs: Optional[Sequence[str]] = None,
                    types: Optional[Sequence[str]] = None, mcq: bool = True,
                    workers: Optional[int] = None) -> Path:
@@ -346,10 +333,9 @@ def make_benchmark(out_dir: str | Path, seed: int = 0, refs: Optional[Sequence[s
     out_dir = Path(out_dir)
     refs = list(refs or REFERENCES)
     types = list(types or TYPES)
-    problems = [_unknown(what, [n for n in names if n not in valid], valid)
-                for what, names, valid in (("distortion type", types, TYPES), ("reference", refs, REFERENCES))]
-    if any(problems):
-        raise ValueError("; ".join(p for p in problems if p))
+    unknown = [t for t in types if t not in TYPES] + [r for r in refs if r not in REFERENCES]
+    if unknown:
+        raise ValueError(f"unknown reference or type: {unknown}")
     (out_dir / "references").mkdir(parents=True, exist_ok=True)
     jobs = [(str(out_dir), ref, types, seed) for ref in refs]
     workers = workers or min(len(jobs), os.cpu_count() or 1, 4)
