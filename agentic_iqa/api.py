@@ -8,6 +8,7 @@ never changed: each role's LM is applied with `dspy.context`.
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import threading
 import time
@@ -22,6 +23,12 @@ from agentic_iqa.state import ExecutorOutput, PlannerOutput, SummarizerOutput, T
 
 UNREACHABLE_BACKEND = "offline analyst (LM unreachable: "
 DEFAULT_SCORING_QUERY = "Rate the overall quality of this image."
+# The smallest side an image to assess may have; smaller ones are refused as bad input. The offline
+# statistics need whole 8×8 blocks clear of the border (offline.stats.MIN_SIDE, 24 px), and their frequency
+# bands and block grid need more than that to mean anything: clean photos downscaled to 40 px on the short
+# side all read as severe damage (E: "extreme motion blur", "JPEG blocking"), while from 48 px (six 8×8
+# blocks) the colour photos tried read clean (A/B). BRISQUE, the offline default tool, needs 32 px.
+MIN_IMAGE_SIDE = 48
 _RATING = re.compile(r"\b(rate|rating|score|grade|assess|evaluate|quality|how good|how bad)\b", re.I)
 _YES_NO = re.compile(r"^\s*(is|are|does|do|can|could|was|were|has|have|which|what|where|why|how (?!good|bad))\b", re.I)
 
@@ -138,9 +145,9 @@ class Assessor:
 
     def assess(
         self,
-        image: str | Path,
+        image: Any,  # a path, or in memory: see ACCEPTED_INPUTS
         query: Optional[str] = None,
-        reference: Optional[str | Path] = None,
+        reference: Any = None,
         *,
         mode: Literal["auto", "score", "answer"] = "auto",
         use_cache: bool = True,
@@ -170,9 +177,9 @@ class Assessor:
 
     async def assess_async(
         self,
-        image: str | Path,
+        image: Any,  # a path, or in memory: see ACCEPTED_INPUTS
         query: Optional[str] = None,
-        reference: Optional[str | Path] = None,
+        reference: Any = None,
         *,
         mode: Literal["auto", "score", "answer"] = "auto",
         use_cache: bool = True,
@@ -208,30 +215,48 @@ class Assessor:
 
     def _prepare(self, image, query, reference, mode, use_cache, resize_reference) -> "_Run":
         """Check the inputs before any LM call is spent, and build the graph's initial state."""
+        folders: list = []  # temporary copies (in-memory inputs, a resized reference), removed after the run
+        try:
+            return self._prepare_in(folders, image, query, reference, mode, use_cache, resize_reference)
+        except BaseException:
+            for folder in folders:
+                folder.cleanup()
+            raise
+
+    def _prepare_in(self, folders, image, query, reference, mode, use_cache, resize_reference) -> "_Run":
         from iqa_tools import ImageSizeMismatchError, load_image
         from iqa_tools.examples import resolve_example
 
         self.registry  # a device that does not exist here is a configuration error before any work
+        _check_input_type(image, "image")
+        if reference is not None:
+            _check_input_type(reference, "reference")
         image, reference = resolve_example(image), resolve_example(reference)  # "example:chelsea", as in the CLI
         p = self.settings.pipeline
         text, notes = prepare_query(query, p.max_query_chars)
         if self.settings.config_files:
             notes.append("configuration read from " + ", ".join(map(str, self.settings.config_files)))
-        image_path = Path(image)
-        reference_path = Path(reference) if reference is not None else None
+        shown: dict[str, str] = {}  # what the result reports for inputs that were copied to a temporary file
         # Strings go to the loader as given, so that a URL gets its "download it first" hint instead of
         # "file not found".
-        loaded = load_image(image if isinstance(image, str) else image_path, max_pixels=p.max_image_pixels)
+        loaded = load_image(image if isinstance(image, str) else _as_path(image), max_pixels=p.max_image_pixels,
+                            min_side=MIN_IMAGE_SIDE)
         notes += list(getattr(loaded, "notes", []) or [])
+        if _in_memory(image):  # tools and roles read files: a copy in a temporary folder of our own
+            image_path = _temporary_copy(loaded, "image", folders, notes)
+            shown["image"] = loaded.label
+        else:
+            image_path = Path(image)
         label, (width, height) = loaded.label, loaded.size
-        image_sha = loaded.sha256 if reference_path is not None else None
+        image_sha = loaded.sha256 if reference is not None else None
         # The decoded pixels are not needed any more (tools and roles read the file themselves): freed before
         # the reference is decoded, so a large pair is never held twice here.
         del loaded
-        tmp_dir, given_reference = None, reference_path
-        if reference_path is not None:
-            ref = load_image(reference if isinstance(reference, str) else reference_path, max_pixels=p.max_image_pixels)
+        reference_path = None
+        if reference is not None:
+            ref = load_image(reference if isinstance(reference, str) else _as_path(reference), max_pixels=p.max_image_pixels)
             notes += [f"reference: {n}" for n in (getattr(ref, "notes", []) or [])]
+            reference_path = Path(reference) if not _in_memory(reference) else None
             if ref.size != (width, height):
                 # Full-reference tools compare pixel by pixel: refuse now rather than after the LM calls.
                 if not resize_reference:
@@ -240,10 +265,17 @@ class Assessor:
                         f"{ref.width}×{ref.height}; full-reference tools compare pixel by pixel: crop or resize them "
                         "to the same size, or pass --resize-reference (resize_reference=True) to resize the reference"
                     )
-                tmp_dir, reference_path = _resized_reference(ref, (width, height))
+                folder, resized = _resized_reference(ref, (width, height))
+                folders.append(folder)
+                shown["reference"] = str(reference_path) if reference_path is not None else ref.label
+                reference_path = resized
                 notes.append(f"reference resized from {ref.width}×{ref.height} to {width}×{height} (bicubic) for full-reference tools")
-            elif ref.sha256 == image_sha:
-                notes.append("the reference is the same file content as the image: full-reference tools will report perfect quality")
+            else:
+                if reference_path is None:
+                    reference_path = _temporary_copy(ref, "reference", folders, notes)
+                    shown["reference"] = ref.label
+                if ref.sha256 == image_sha:
+                    notes.append("the reference is the same file content as the image: full-reference tools will report perfect quality")
             del ref
         state = {
             "query": text,
@@ -257,23 +289,74 @@ class Assessor:
             "retries": 0,
             "image_bytes": 0,
         }
-        return _Run(state, tmp_dir, given_reference if given_reference != reference_path else None)
+        return _Run(state, folders, shown)
+
+
+#: What `assess` takes as an image (or reference): a file, or the image in memory.
+ACCEPTED_INPUTS = ("a file path (str or pathlib.Path, or 'example:NAME'), a PIL image, a numpy array "
+                   "(H×W, H×W×3 or H×W×4; uint8, uint16 or float in [0, 1]), a torch tensor (3×H×W) or encoded image bytes")
+
+
+def _in_memory(src: Any) -> bool:
+    return not isinstance(src, (str, os.PathLike))
+
+
+def _as_path(src: Any) -> Any:
+    return Path(src) if isinstance(src, os.PathLike) else src
+
+
+def _check_input_type(src: Any, what: str) -> None:
+    """A clear TypeError for what no loader takes (before: os.fspath's "expected str, bytes or os.PathLike")."""
+    import numpy as np
+    from PIL import Image
+
+    if isinstance(src, (str, os.PathLike, bytes, bytearray, memoryview, Image.Image, np.ndarray)):
+        return
+    if type(src).__module__.startswith("torch") and hasattr(src, "detach"):
+        return
+    raise TypeError(f"{what}: cannot assess a {type(src).__module__}.{type(src).__qualname__}; pass {ACCEPTED_INPUTS}")
+
+
+def _temporary_copy(loaded, role: str, folders: list, notes: list[str]) -> Path:
+    """An in-memory input as a file the tools and roles can read, in a temporary folder removed after the
+    run: encoded bytes as they are, pixels as a PNG (lossless at 8 bits; deeper ones are rounded to 8 bits,
+    as Pillow reads 16-bit colour PNGs anyway)."""
+    import tempfile
+
+    import numpy as np
+    from PIL import Image
+
+    folder = tempfile.TemporaryDirectory(prefix="agentic-iqa-input-")
+    folders.append(folder)
+    if loaded.source.data is not None:  # encoded bytes: the file is exactly what was given
+        ext = {"JPEG": ".jpg", "PNG": ".png", "WEBP": ".webp", "GIF": ".gif", "BMP": ".bmp", "TIFF": ".tif"}.get(loaded.format or "", ".img")
+        path = Path(folder.name) / f"{role}{ext}"
+        path.write_bytes(loaded.source.data)
+        return path
+    pixels = loaded.pixels
+    if pixels.dtype != np.uint8:
+        pixels = (pixels * 255.0 + 0.5).clip(0, 255).astype(np.uint8)
+        notes.append(f"{'reference: ' if role == 'reference' else ''}{loaded.label}: pixels rounded to 8 bits for the tools")
+    path = Path(folder.name) / f"{role}.png"
+    Image.fromarray(np.ascontiguousarray(pixels), "RGB").save(path, format="PNG")
+    return path
 
 
 class _Run:
-    """One prepared assessment: its initial state, and the temporary reference copy to remove after."""
+    """One prepared assessment: its initial state, the temporary copies to remove after, and what the
+    result reports instead of a temporary copy's path (the user's reference, an in-memory input's label)."""
 
-    def __init__(self, state: dict, tmp_dir: Any, given_reference: Optional[Path]):
-        self.state, self._tmp_dir, self._given_reference = state, tmp_dir, given_reference
+    def __init__(self, state: dict, folders: list, shown: dict[str, str]):
+        self.state, self._folders, self._shown = state, folders, shown
 
     def cleanup(self) -> None:
-        if self._tmp_dir is not None:
-            self._tmp_dir.cleanup()
+        for folder in self._folders:
+            folder.cleanup()
 
     def result(self, final: dict, t0: float) -> AssessmentResult:
         result = result_from_state(final, total_seconds=time.perf_counter() - t0)
-        if self._given_reference is not None:  # report the user's reference, not the temporary copy
-            result = result.model_copy(update={"reference": str(self._given_reference)})
+        if self._shown:
+            result = result.model_copy(update=self._shown)
         return result
 
 
@@ -376,14 +459,16 @@ def create_assessor(
 
 
 def assess(
-    image: str | Path,
+    image: Any,
     query: Optional[str] = None,
-    reference: Optional[str | Path] = None,
+    reference: Any = None,
     lm: Optional[str] = None,
     config: Optional[str | Path] = None,
     **kw,
 ) -> AssessmentResult:
     """Assess one image. `lm` is a DSPy model string for all roles (None: configured LM, else offline).
+    `image` / `reference`: a file path, or the image in memory (see ACCEPTED_INPUTS; a PIL image or an
+    array is written to a temporary PNG that is removed afterwards, and the result names it by its label).
 
     >>> r = assess("photo.jpg")                       # doctest: +SKIP
     >>> r.score, r.level, r.answer                    # doctest: +SKIP

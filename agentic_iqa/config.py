@@ -241,7 +241,9 @@ def _read_yaml(path: Path) -> dict:
             raise ConfigError(f"config file {path}: not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
         raise ConfigError(str(exc)) from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML ({exc.__class__.__name__}: {exc})") from None
+        from iqa_tools.files import yaml_error_line
+
+        raise ConfigError(f"config file {path}: not valid YAML ({yaml_error_line(exc)}); fix the YAML there (indentation, quotes, brackets)") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -419,6 +421,9 @@ def load_settings(
     used: list[Path] = []
     if cdir is not None:
         if not cdir.is_dir():
+            if os.path.lexists(cdir):  # e.g. --config cfg/pipeline.yaml: the folder is wanted, not a file in it
+                raise ConfigError(f"config directory {cdir} is a file, not a folder; pass the folder holding "
+                                  f"pipeline.yaml / model_backends.yaml (here: {cdir.parent})")
             raise ConfigError(f"config directory {cdir} does not exist; pass a folder holding pipeline.yaml / model_backends.yaml")
         if os.path.lexists(cdir / "model_backends.yaml"):  # present but a FIFO, a folder or a loop: said, not skipped
             backends_data = _read_yaml(cdir / "model_backends.yaml")

@@ -101,6 +101,9 @@ def _fell_back(stage: str, ctx: AssessmentContext, exc: Optional[BaseException],
         why = "no usable output"
     elif isinstance(exc, NoValidReply):
         why = str(exc)
+    elif isinstance(exc, ValueError) and str(exc).strip():
+        # Our refusals (a ValueError or ImageError) are written for the reader: the class name adds nothing.
+        why = redact((str(exc).strip().splitlines() or [""])[0])[:200]
     else:
         why = redact(f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}")[:200]
     ctx.trace.add(stage, "fallback", f"{why} → {instead}")

@@ -50,3 +50,15 @@ def read_regular_file(path: Path | str, label: str, max_bytes: int, what: str = 
         raise ValueError(f"{label}: cannot be read ({exc.strerror or exc})") from None
     finally:
         os.close(fd)
+
+
+def yaml_error_line(exc: Exception) -> str:
+    """A PyYAML error as one line: "line L, column C: <problem> (<context>)". PyYAML's own text spans
+    several lines and names "<unicode string>" instead of the file."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    problem = getattr(exc, "problem", None) or ""
+    context = getattr(exc, "context", None) or ""
+    if mark is None or not (problem or context):
+        return " ".join(str(exc).split())
+    what = problem + (f" ({context})" if context and problem else context)
+    return f"line {mark.line + 1}, column {mark.column + 1}: {what}"

@@ -152,7 +152,39 @@ def read_source(src: Any, label: Optional[str] = None) -> ImageSource:
     )
 
 
-def _open_bytes(data: bytes, label: str, max_pixels: int) -> Image.Image:
+def _too_many_pixels(label: str, w: int, h: int, max_pixels: int) -> ImageError:
+    return ImageError(
+        f"{label}: {w}×{h} = {w * h:,} pixels exceeds the limit of {max_pixels:,} "
+        "(decompression-bomb guard); downscale it or raise max_image_pixels / AGENTIC_IQA_MAX_PIXELS"
+    )
+
+
+def _header_size(data: bytes) -> Optional[tuple[int, int]]:
+    """(width, height) from the file's header, read by the format plugin without Pillow's own pixel check,
+    which `Image.open` applies first and which refuses headers above 2 × Image.MAX_IMAGE_PIXELS with its
+    own text. Nothing is decoded. None when no plugin reads it (or the plugin checks the size itself)."""
+    prefix = data[:16]
+    for registry in (Image.preinit, Image.init):
+        registry()
+        for fmt in list(Image.ID):
+            factory, accept = Image.OPEN[fmt]
+            try:
+                accepted = accept(prefix) if accept is not None else True
+                if not accepted or isinstance(accepted, str):  # a str is Pillow's "almost this format" warning
+                    continue
+                return tuple(factory(io.BytesIO(data), None).size)  # type: ignore[return-value]
+            except Exception:  # noqa: BLE001 - not this format (or not readable): try the next
+                continue
+    return None
+
+
+def _check_min_side(label: str, w: int, h: int, min_side: int) -> None:
+    if min_side and min(w, h) < min_side:
+        raise ImageError(f"{label}: {w}×{h} px is too small to assess (at least {min_side} px on each side); "
+                         "pass a larger image")
+
+
+def _open_bytes(data: bytes, label: str, max_pixels: int, min_side: int = 0) -> Image.Image:
     try:
         with warnings.catch_warnings():
             # We enforce our own (configurable) pixel limit below; Pillow's warning would be noise.
@@ -160,18 +192,23 @@ def _open_bytes(data: bytes, label: str, max_pixels: int) -> Image.Image:
             im = Image.open(io.BytesIO(data))
             w, h = im.size
             if w * h > max_pixels:
-                raise ImageError(
-                    f"{label}: {w}×{h} = {w * h:,} pixels exceeds the limit of {max_pixels:,} "
-                    "(decompression-bomb guard); downscale it or raise max_image_pixels / AGENTIC_IQA_MAX_PIXELS"
-                )
+                raise _too_many_pixels(label, w, h, max_pixels)
+            _check_min_side(label, w, h, min_side)  # from the header: a 1-px-tall strip is not decoded
             im.load()
             return im
     except ImageError:
         raise
     except UnidentifiedImageError:
         raise ImageError(f"{label}: not an image (or a format Pillow cannot read); pass a PNG, JPEG, WebP, TIFF, BMP or GIF file") from None
-    except Image.DecompressionBombError as exc:
-        raise ImageError(f"{label}: refused by Pillow as a decompression bomb ({exc})") from None
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        # Pillow refuses huge headers (> 2 × its MAX_IMAGE_PIXELS) before we see the size: say it our way.
+        size = _header_size(data)
+        if size is not None and size[0] * size[1] > max_pixels:
+            raise _too_many_pixels(label, *size, max_pixels) from None
+        pillow = 2 * (Image.MAX_IMAGE_PIXELS or 0)
+        shown = f"{size[0]}×{size[1]} = {size[0] * size[1]:,} pixels" if size else "its size"
+        raise ImageError(f"{label}: {shown} exceeds Pillow's own limit of {pillow:,} pixels (decompression-bomb "
+                         "guard, above max_image_pixels); downscale it") from None
     except (OSError, SyntaxError, ValueError) as exc:
         raise ImageError(f"{label}: truncated or corrupt image data ({exc}); re-export or re-download it") from None
 
@@ -262,22 +299,23 @@ def clear_decoded_cache() -> None:
         _decoded_bytes = 0
 
 
-def decode(source: ImageSource, max_pixels: Optional[int] = None) -> LoadedImage:
-    """Decode a read source (pixels as numpy; `.tensor` on demand). Raises ImageError.
+def decode(source: ImageSource, max_pixels: Optional[int] = None, min_side: int = 0) -> LoadedImage:
+    """Decode a read source (pixels as numpy; `.tensor` on demand). Raises ImageError, also for an image
+    with a side below `min_side` px (0: any size; tools check their own minimum when they run).
 
     Encoded files and bytes are decoded once while they stay among the recently decoded (see the
     module docstring); the returned pixels are then shared and read-only."""
     global _decoded_bytes
     limit = max_pixels or max_pixels_default()
     if source.data is None:
-        return _decode(source, limit)
+        return _decode(source, limit, min_side)
     key = (source.sha256, limit)
     with _decoded_lock:
         hit = _decoded.get(key)
         if hit is not None:
             _decoded.move_to_end(key)
     if hit is None:
-        img = _decode(source, limit)
+        img = _decode(source, limit, min_side)
         img.pixels.flags.writeable = False
         size = img.pixels.nbytes
         with _decoded_lock:
@@ -288,15 +326,16 @@ def decode(source: ImageSource, max_pixels: Optional[int] = None) -> LoadedImage
                 _decoded_bytes -= _decoded.popitem(last=False)[1][0].nbytes
         return img
     pixels, size, fmt, notes = hit
+    _check_min_side(source.label, *size, min_side)
     return LoadedImage(pixels=pixels, size=size, label=source.label, source=source, format=fmt, notes=list(notes))
 
 
-def _decode(source: ImageSource, limit: int) -> LoadedImage:
+def _decode(source: ImageSource, limit: int, min_side: int = 0) -> LoadedImage:
     notes: list[str] = []
     fmt = None
     obj = source.obj
     if source.data is not None:
-        im = _open_bytes(source.data, source.label, limit)
+        im = _open_bytes(source.data, source.label, limit, min_side)
         fmt = im.format
         hwc = _pil_to_array(im, notes)
     elif isinstance(obj, Image.Image):
@@ -313,13 +352,14 @@ def _decode(source: ImageSource, limit: int) -> LoadedImage:
     h, w = hwc.shape[:2]
     if h == 0 or w == 0:
         raise ImageError(f"{source.label}: image has no pixels ({w}×{h})")
+    _check_min_side(source.label, w, h, min_side)
     pixels = np.ascontiguousarray(hwc if hwc.dtype == np.uint8 else hwc.astype(np.float32, copy=False))
     return LoadedImage(pixels=pixels, size=(w, h), label=source.label, source=source, format=fmt, notes=notes)
 
 
-def load_image(src: Any, *, label: Optional[str] = None, max_pixels: Optional[int] = None) -> LoadedImage:
+def load_image(src: Any, *, label: Optional[str] = None, max_pixels: Optional[int] = None, min_side: int = 0) -> LoadedImage:
     """Read and decode one image. Accepts str/Path, bytes, PIL.Image, numpy array, torch tensor."""
-    return decode(read_source(src, label), max_pixels)
+    return decode(read_source(src, label), max_pixels, min_side)
 
 
 def fit_pixels(img: LoadedImage, max_pixels: int) -> LoadedImage:

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from iqa_tools.categories import STRENGTHS, StrengthName
 from iqa_tools.errors import ToolTableError
-from iqa_tools.files import MAX_TOOL_FILE_BYTES, read_regular_file
+from iqa_tools.files import MAX_TOOL_FILE_BYTES, read_regular_file, yaml_error_line
 
 BUNDLED_TABLE = Path(__file__).with_name("tools.yaml")
 
@@ -113,7 +113,8 @@ def _read(path: Path) -> dict:
     try:
         data = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
     except (yaml.YAMLError, json.JSONDecodeError) as exc:
-        raise ToolTableError(f"tool file {path}: not valid {'JSON' if path.suffix.lower() == '.json' else 'YAML'} ({exc})") from None
+        raise ToolTableError(f"tool file {path}: not valid {'JSON' if path.suffix.lower() == '.json' else 'YAML'} "
+                             f"({yaml_error_line(exc)})") from None
     if not isinstance(data, dict) or not isinstance(data.get("tools", []), list):
         raise ToolTableError(f"tool file {path}: expected a mapping with a `tools:` list of tool entries")
     unknown = set(data) - {"schema", "tools", "fallback"}

@@ -75,7 +75,7 @@ def build(folder: Path) -> dict[str, Case]:
     cases["animated GIF"] = Case([str(folder / "animated.gif")], "3-frame animated GIF")
 
     Image.fromarray(_rgb(5)[:8, :8], "RGB").save(folder / "tiny8.png")
-    cases["8×8 image"] = Case([str(folder / "tiny8.png")], "8×8 PNG (below most tools' minimum size)")
+    cases["8×8 image"] = Case([str(folder / "tiny8.png")], "8×8 PNG (below the 48 px an assessment needs a side)")
 
     # 12000×12000 = 144 M pixels: above our default limit (100 M), below Pillow's own hard refusal
     # (2 × 89 M), so our guard is the one that speaks. Bilevel PNG: ~0.1 MB on disk.

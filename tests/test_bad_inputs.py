@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from bad_inputs import DROP_DAC, LONG_QUERY, build
+from bad_inputs import DROP_DAC, LONG_QUERY, Case, build
 
 from agentic_iqa.cli import app
 from agentic_iqa.cli.common import EXIT_BAD_INPUT, EXIT_OK, EXIT_PARTIAL
@@ -106,18 +106,95 @@ def test_animated_gif_uses_the_first_frame_and_says_so(cases):
     assert any("animated image: the first of 3 frames is scored" in n for n in out["notes"])
 
 
-def test_8x8_image_skips_tools_that_cannot_run_with_the_reason(cases):
-    out = assessed(cases["8×8 image"])
-    logs = out["evidence"]["tool_logs"]
-    too_small = [lg for lg in logs if lg["error"] and "too small for" in lg["error"]]
-    assert too_small, logs
-    assert all("which needs at least" in lg["error"] and "8×8" in lg["error"] for lg in too_small)
+def test_8x8_image_is_refused_with_its_size_and_the_minimum(cases):
+    """Before, it was assessed: every tool refused it, the statistics raised, and the answer was a
+    neutral "Level C · score 3.00 … rests on no evidence", exit 0."""
+    msg = refused(cases["8×8 image"])
+    assert "tiny8.png: 8×8 px is too small to assess (at least 48 px on each side); pass a larger image" in msg
+
+
+@pytest.mark.parametrize("size", [(1, 1), (40, 40), (200, 47), (1, 400)])
+def test_images_below_the_minimum_side_are_refused_not_misjudged(tmp_path, size):
+    """A clean 40×40 downscale was "E (Bad) 1.35: Severe motion blur"; a 1×1 image got a neutral level C
+    labelled "answered by offline analyst" with "ValueError: the image is 1×1 px…" in its notes."""
+    from bad_inputs import _rgb
+    from PIL import Image
+
+    path = tmp_path / "small.png"
+    Image.fromarray(_rgb(7)).resize(size, Image.LANCZOS).save(path)
+    msg = refused(Case([str(path)], "small"))
+    w, h = size
+    assert f"small.png: {w}×{h} px is too small to assess (at least 48 px on each side)" in msg
+    assert "Error" not in msg
+
+
+def test_an_image_of_the_minimum_side_is_assessed(tmp_path):
+    from agentic_iqa import assess
+    from agentic_iqa.api import MIN_IMAGE_SIDE
+    from bad_inputs import _rgb
+    from PIL import Image
+
+    edge = tmp_path / "edge.png"
+    Image.fromarray(_rgb(8)[:MIN_IMAGE_SIDE, :MIN_IMAGE_SIDE + 20]).save(edge)
+    r = assess(str(edge), backend="offline", use_cache=False)
+    assert r.level in list("ABCDE") and not any("too small" in n for n in r.notes + r.fallbacks)
+
+
+def test_fallback_notes_do_not_show_exception_class_names(tmp_path, monkeypatch):
+    """When the offline statistics refuse an image, the summary's fallback lines said
+    "ValueError: the image is 1×1 px: …"; the message is the user's, the class name is not."""
+    from agentic_iqa import assess
+    from agentic_iqa.offline import severity
+
+    def refuse(*a, **k):
+        raise ValueError("the image is 20×20 px: too small for the offline analyst's statistics (at least 24 px a side)")
+
+    monkeypatch.setattr(severity, "analyze", refuse)
+    img = tmp_path / "ok.png"
+    from bad_inputs import _rgb
+    from PIL import Image
+
+    Image.fromarray(_rgb(11)).save(img)
+    r = assess(str(img), backend="offline", use_cache=False)
+    assert any("too small for the offline analyst's statistics" in f for f in r.fallbacks), r.fallbacks
+    assert not any("ValueError" in line for line in r.fallbacks + r.notes), r.fallbacks + r.notes
 
 
 def test_decompression_bomb_is_refused_before_decoding(cases):
     msg = refused(cases["decompression bomb"])
     assert "12000×12000 = 144,000,000 pixels exceeds the limit of 100,000,000" in msg
     assert "decompression-bomb guard" in msg and "max_image_pixels" in msg
+
+
+def _png_claiming(path: Path, width: int, height: int) -> Path:
+    """A tiny PNG whose IHDR claims `width`×`height` (CRC fixed): a huge header without a huge file."""
+    import io
+    import struct
+    import zlib
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (4, 4), (90, 120, 150)).save(buf, format="PNG")
+    data = bytearray(buf.getvalue())
+    assert data[12:16] == b"IHDR"
+    data[16:24] = struct.pack(">II", width, height)
+    data[29:33] = struct.pack(">I", zlib.crc32(bytes(data[12:29])))
+    path.write_bytes(bytes(data))
+    return path
+
+
+def test_a_header_beyond_pillows_own_limit_gets_the_same_message(tmp_path):
+    """Pillow refuses headers above 2 × its MAX_IMAGE_PIXELS (~179 M) inside Image.open, before our guard:
+    a 60000×60000 header showed Pillow's "could be decompression bomb DOS attack" text, with no fix."""
+    huge = _png_claiming(tmp_path / "huge.png", 60000, 60000)
+    r = cli(str(huge))
+    assert r.exit_code == EXIT_BAD_INPUT, r.output
+    msg = " ".join(r.stderr.split())
+    assert "huge.png: 60000×60000 = 3,600,000,000 pixels exceeds the limit of 100,000,000" in msg
+    assert "decompression-bomb guard" in msg and "max_image_pixels" in msg and "DOS attack" not in msg
+    wide = _png_claiming(tmp_path / "wide.png", 400_000_000, 1)
+    assert "400000000×1 = 400,000,000 pixels exceeds the limit" in " ".join(cli(str(wide)).stderr.split())
 
 
 def test_pixel_limit_is_configurable(cases, tmp_path):
@@ -198,9 +275,10 @@ def test_every_bad_input_in_one_batch_gets_exactly_one_line(cases, tmp_path):
     records = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
     assert sorted(rec["image"] for rec in records) == sorted(images)
     by_image = {Path(rec["image"]).name if "://" not in rec["image"] else rec["image"]: rec for rec in records}
-    bad = {"nope.jpg", "empty.jpg", "truncated.jpg", "text.jpg", "bomb.png", "https://example.com/photo.jpg"}
+    bad = {"nope.jpg", "empty.jpg", "truncated.jpg", "text.jpg", "tiny8.png", "bomb.png", "https://example.com/photo.jpg"}
     for name, rec in by_image.items():
         assert rec["status"] == ("failed" if name in bad else "ok"), rec
         if name in bad:
             assert rec["error_type"] == "bad_input" and rec["error"]
+    assert "8×8 px is too small to assess (at least 48 px on each side)" in by_image["tiny8.png"]["error"]
     assert summary["failed"] == len(bad) and summary["ok"] == len(images) - len(bad)

@@ -155,3 +155,32 @@ def test_default_summary_says_which_stages_fell_back_and_why(tmp_path):
     assert len(lines) == 2  # the planner and the summarizer answered: no line for them
     assert "with fallbacks in detect, select (see below)" in res.output
     assert "retry" not in res.output.lower()  # the per-attempt details stay in --verbose / the trace
+
+
+def test_help_shows_square_brackets_rich_would_take_for_markup():
+    """Rich reads `[word]` in a help text as a style tag and drops it: `--engine` said "needs the  extra"
+    for "needs the [ray] extra". Every bracketed word of every help text must reach the rendered help."""
+    root = typer.main.get_command(app)
+    checked = 0
+    for path, cmd in _commands(root):
+        texts = [cmd.help or ""] + [p.help or "" for p in cmd.params if getattr(p, "help", None)]
+        words = {m.group(0) for t in texts for m in re.finditer(r"\[[a-z#/@][^\[\]]*\]", t.replace("\\[", "["))}
+        if not words:
+            continue
+        out = " ".join(CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "250"}).output.split())
+        for word in words:
+            checked += 1
+            assert word in out, f"{' '.join(path)} --help lost {word!r}"
+    assert checked
+
+
+def test_python_dash_m_runs_the_cli():
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.run([sys.executable, "-m", "agentic_iqa", "tools", "list", "--mode", "FR"],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "SSIM" in proc.stdout
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "agentic_iqa", "--help"],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0 and "Usage:" in proc.stdout
+    assert not re.search(r"\|\s+(torch|dspy|pyiqa)$", proc.stderr, re.M)  # the CLI's imports stay lazy

@@ -54,6 +54,31 @@ def test_missing_config_dir_is_a_clear_error(tmp_path):
         load_settings(tmp_path / "nope")
 
 
+def test_config_given_a_file_says_it_wants_the_folder(tmp_path):
+    """`--config cfg/pipeline.yaml` said "config directory … does not exist" of a file that exists."""
+    (tmp_path / "pipeline.yaml").write_text("max_replan: 1\n")
+    with pytest.raises(ConfigError) as err:
+        load_settings(tmp_path / "pipeline.yaml")
+    msg = str(err.value)
+    assert "does not exist" not in msg and "is a file, not a folder" in msg and f"(here: {tmp_path})" in msg
+    assert "\n" not in msg
+
+
+@pytest.mark.parametrize("text,where", [
+    ("max_replan: 1\nfusion:\n  eta: 1\n prob_mode: [x\n", "line 4, column 2"),
+    ('max_replan: "unterminated\n', "line 2, column 1"),
+    ("max_replan: 1\n\tfusion: 2\n", "line 2, column 1"),
+])
+def test_yaml_syntax_error_is_one_line_with_file_line_and_column(tmp_path, text, where):
+    (tmp_path / "pipeline.yaml").write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_settings(tmp_path)
+    msg = str(err.value)
+    assert "\n" not in msg, msg
+    assert msg.startswith(f"config file {tmp_path / 'pipeline.yaml'}: not valid YAML (") and where in msg, msg
+    assert "<unicode string>" not in msg and "fix the YAML there" in msg
+
+
 def test_roles_with_the_same_settings_share_one_lm_and_keys_come_from_env(tmp_path, monkeypatch):
     s = load_settings(tmp_path, lm="openai/gpt-4o")
     lms = build_role_lms(s.backends)

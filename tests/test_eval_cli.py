@@ -86,3 +86,29 @@ def test_eval_scores_the_main_distortion_the_pipeline_names_not_a_severity_resor
         DistortionAnalysis(type="Compression", severity="moderate", explanation="blocking"),
     ]})
     assert detected_categories(SimpleNamespace(evidence=ev)) == ["Blurs", "Compression"]
+
+
+def test_eval_of_a_split_with_no_rows_says_which_splits_exist_and_fails(tmp_path):
+    """`bench make DIR --ref chelsea` writes train rows only; `eval` (default --split test) printed
+    "0 item(s) to assess" and exited 0."""
+    runner = CliRunner()
+    out = tmp_path / "bench"
+    made = runner.invoke(app, ["bench", "make", str(out), "--ref", "chelsea", "--type", "gaussian blur", "--no-mcq"])
+    assert made.exit_code == 0, made.output
+    manifest = out / "manifest.jsonl"
+    res = runner.invoke(app, ["eval", str(manifest), "--offline"])
+    assert res.exit_code == 2, res.output
+    msg = " ".join(res.stderr.split())
+    assert msg.startswith("error: manifest ") and "no rows in split 'test'" in msg and "5 row(s) are in split 'train'" in msg
+    assert "--split all" in msg and "--split train" in msg and "Traceback" not in res.output
+
+
+def test_bench_make_unknown_type_lists_the_valid_names(tmp_path):
+    from agentic_iqa.bench.synth import REFERENCES, TYPES
+
+    res = CliRunner().invoke(app, ["bench", "make", str(tmp_path / "b"), "--type", "gaussian_blur", "--ref", "kitty"])
+    assert res.exit_code == 2, res.output
+    msg = " ".join(res.stderr.split())
+    assert "unknown distortion type 'gaussian_blur' (did you mean 'gaussian blur'?)" in msg
+    assert all(repr(t) in msg for t in TYPES) and "unknown reference 'kitty'" in msg and all(repr(r) in msg for r in REFERENCES)
+    assert not (tmp_path / "b").exists()  # refused before anything is written

@@ -285,3 +285,34 @@ def test_mcq_answer_is_held_to_the_offered_options_with_its_probability(settings
     note = next(n for n in result.notes if "over the offered options" in n)
     pa, pb = math.exp(-1.6), math.exp(-0.25)
     assert f"probability {pb / (pa + pb):.2f}" in note and "C" not in note.split("(")[1]
+
+
+def test_in_memory_images_are_assessed_through_a_temporary_png_that_is_removed(tmp_path, monkeypatch, images):
+    """`assess(PIL.Image)` and `assess(numpy array)` raised "TypeError: expected str, bytes or os.PathLike
+    object". They are written to a lossless PNG in a temporary folder, removed after the run (also when the
+    input is refused), and the result names them by their label."""
+    import tempfile
+
+    import numpy as np
+    from PIL import Image
+
+    from agentic_iqa import create_assessor
+    from iqa_tools import ImageError
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    iqa = create_assessor(offline=True, device="cpu")
+    pil = Image.open(images[1]).convert("RGB")
+    arr = np.asarray(pil)
+    from_file = iqa(images[1])
+    from_pil, from_array = iqa(pil), iqa(arr)
+    assert from_pil.image == "<PIL RGB 96×72>" and from_array.image == "<array uint8 (72, 96, 3)>"
+    assert from_pil.score == from_array.score == from_file.score  # the same pixels: the same answer
+    fr = iqa(pil, reference=arr)
+    assert fr.plan.reference_mode == "Full-Reference" and fr.reference == "<array uint8 (72, 96, 3)>"
+    with pytest.raises(ImageError, match=r"<array uint8 \(30, 90, 3\)>: 90×30 px is too small to assess"):
+        iqa(arr[:30, :90])
+    assert not list(scratch.iterdir())  # every temporary copy is gone
+    with pytest.raises(TypeError, match=r"image: cannot assess a builtins.dict; pass a file path .*a PIL image, a numpy array"):
+        iqa({"image": "photo.jpg"})

@@ -149,7 +149,13 @@ def evaluate(manifest: Path, assessor, *, modes: list[Mode], split: str = "test"
              concurrency: int = 1, on_item=None, on_start=None) -> tuple[dict, list[ItemResult], list]:
     rows, problems = read_manifest(manifest)
     if split != "all":
-        rows = [r for r in rows if r.split == split]
+        chosen = [r for r in rows if r.split == split]
+        if rows and not chosen:  # e.g. `bench make --ref chelsea` writes train rows only; the default is test
+            others = sorted({r.split for r in rows})
+            raise ValueError(f"manifest {manifest}: no rows in split '{split}' (its {len(rows)} row(s) are in "
+                             f"split {', '.join(repr(o) for o in others)}); evaluate them with --split all"
+                             + "".join(f" or --split {o}" for o in others))
+        rows = chosen
     if limit:
         rows = rows[:limit]
     items = run_items(assessor, rows, modes, concurrency, on_item, on_start)

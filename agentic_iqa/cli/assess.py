@@ -56,7 +56,7 @@ def assess_command(
     with_trace: bool = flag("--with-trace", help="Keep each result's full trace in the results file (with --engine ray: in each row's result)."),
     no_progress: bool = flag("--no-progress", help="No progress on stderr (a bar on a terminal, else a line per 5 % of the images or per 10 s; with --engine ray: no Ray progress bars or progress log lines)."),
     # ── scale-out ──
-    engine: str = typer.Option("local", "--engine", help="local | ray: run the batch on a Ray cluster (needs the [ray] extra); --out is then a folder of result shards."),
+    engine: str = typer.Option("local", "--engine", help="local | ray: run the batch on a Ray cluster (needs the \\[ray] extra); --out is then a folder of result shards."),
     address: Optional[str] = typer.Option(None, "--address", help="With --engine ray: the cluster to join (auto, ray://host:10001); default: start Ray on this machine."),
     fmt: str = typer.Option("jsonl", "--format", help="With --engine ray: result shards as jsonl or parquet."),
     actors: Optional[int] = typer.Option(None, "--actors", min=1, show_default=False, help="With --engine ray: worker actors, each holding one assessor (default: $AGENTIC_IQA_RAY_ACTORS, else one per CPU of the cluster, at most one per batch)."),

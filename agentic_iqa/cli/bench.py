@@ -25,15 +25,34 @@ def make_command(
     """Generate the KADID-style synthetic benchmark from scikit-image's sample photos (offline, deterministic)."""
     from rich.console import Console
 
-    from agentic_iqa.bench.synth import make_benchmark
+    from agentic_iqa.bench.synth import REFERENCES, TYPES, make_benchmark
+    from rich.markup import escape
 
+    # Checked here, not in synth.py: that file's bytes key the accuracy corpus' statistics cache.
+    problems = [_unknown(what, [n for n in names or () if n not in valid], valid)
+                for what, names, valid in (("distortion type", types, TYPES), ("reference", refs, REFERENCES))]
+    if any(problems):
+        fail(escape("; ".join(p for p in problems if p)), EXIT_BAD_INPUT)  # repeats the user's names, brackets included
     try:
         with Console(stderr=True).status("generating…"):
             manifest = make_benchmark(out, seed=seed, refs=refs or None, types=types or None, mcq=not no_mcq)
     except (ValueError, OSError) as exc:
-        fail(str(exc), EXIT_BAD_INPUT)
+        fail(escape(str(exc)), EXIT_BAD_INPUT)
     n = sum(1 for _ in manifest.open())
     typer.echo(f"wrote {n} rows to {manifest}")
+
+
+def _unknown(what: str, unknown: list[str], valid) -> str:
+    """One clause naming the unknown names (with a close match, e.g. 'gaussian_blur' → 'gaussian blur')
+    and every valid one; '' when all are known."""
+    import difflib
+
+    if not unknown:
+        return ""
+    guesses = [g for u in unknown for g in difflib.get_close_matches(u.replace("_", " "), list(valid), n=1, cutoff=0.6)]
+    hint = f" (did you mean {', '.join(repr(g) for g in guesses)}?)" if guesses else ""
+    return (f"unknown {what} {', '.join(repr(u) for u in unknown)}{hint}; valid {what}s: "
+            f"{', '.join(repr(v) for v in valid)}")
 
 
 def eval_command(
@@ -69,7 +88,9 @@ def eval_command(
         settings = load_settings(config, lm=lm, api_base=api_base, backend="offline" if offline else None)
         assessor = Assessor(with_tool_options(settings, device, weights_dir))
     except ConfigError as exc:
-        fail(str(exc))
+        from rich.markup import escape
+
+        fail(escape(str(exc)))  # a YAML error quotes the file's text ('[', ']')
     modes = ["nr", "fr"] if mode == "both" else [mode]
     console = Console(stderr=True)
     # On a terminal a live bar; otherwise (a log file, CI) a plain line per N items or per few seconds.
