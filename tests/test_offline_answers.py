@@ -561,3 +561,18 @@ def test_graded_and_none_options_are_chosen_by_the_measured_severity(astronaut):
     main = "What is the main distortion? A. Noise B. Blur C. JPEG compression D. None"
     blurred = sv.analyze(distort(astronaut, "gaussian blur", 4))
     assert [_answer(main, a) for a in (clean, levels[5], blurred)] == ["D", "A", "B"]
+
+
+# ── answer text a new user reads ─────────────────────────────────────────────────────────────────
+
+def test_the_main_distortion_is_named_by_its_detector_in_good_grammar(astronaut):
+    # "The most visible distortion is blurs (severe)" named the category, in the plural, and called a pixelation blur
+    # while the evidence line beside it said "Severe pixelation".
+    clean = sv.analyze(astronaut)
+    for det, name in (("pixelate", "pixelation"), ("blur", "blur"), ("jpeg", "JPEG blocking"), ("impulse", "impulse noise"),
+                      ("dark", "under-exposure")):
+        an = _with_levels(clean, **{det: 4.0})
+        assert _answer("What is the main distortion?", an) == f"The most visible distortion is {name} (severe).", det
+    pixelated = sv.analyze(distort(astronaut, "pixelate", 4, seed=0, key="test"))
+    assert pixelated["Blurs"].detector == "pixelate", sv.explain(pixelated)
+    assert "pixelation (" in _answer("What is the main distortion?", pixelated)

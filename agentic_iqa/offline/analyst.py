@@ -293,7 +293,17 @@ def answer_question(query: str, plan: PlannerOutput, analyses: dict, fused_level
     worst = _ranked(analyses)[0]
     if worst.severity == "none":
         return "No distortion stands out; the image measures within the clean-photo range."
-    return f"The most visible distortion is {worst.category.lower()} ({worst.severity})."
+    return f"The most visible distortion is {damage_name(worst.detector)} ({worst.severity})."
+
+
+def damage_name(detector: str) -> str:
+    """What a detector found, as a noun phrase for a sentence: "pixelation", "JPEG blocking", "impulse noise" (its
+    explanation label without the parenthesis). The category's name ("Blurs", "Compression") is not the damage:
+    "the most visible distortion is blurs" read wrongly, and named blur for a pixelation."""
+    from agentic_iqa.offline import severity
+
+    det = next((d for d in severity.DETECTORS if d.name == detector), None)
+    return " ".join(re.sub(r"\([^)]*\)", " ", det.label).split()) if det else detector
 
 
 # How much of a distortion an option claims ("Slightly noisy", "Very blurry", "Not noisy"); an option that names no
