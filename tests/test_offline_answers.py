@@ -576,3 +576,19 @@ def test_the_main_distortion_is_named_by_its_detector_in_good_grammar(astronaut)
     pixelated = sv.analyze(distort(astronaut, "pixelate", 4, seed=0, key="test"))
     assert pixelated["Blurs"].detector == "pixelate", sv.explain(pixelated)
     assert "pixelation (" in _answer("What is the main distortion?", pixelated)
+
+
+def test_the_expected_level_is_stated_once_when_the_tools_are_not_weighted(astronaut):
+    # Every no-reference answer read "the expected level at 4.84: 4.84 (A)": with η 0 the fused score is the expected
+    # level, printed twice.
+    from agentic_iqa.offline.analyst import _reasoning
+    from iqa_tools.records import ToolExecutionLog
+    from signatures.models import ExecutorOutput
+
+    class Fused:
+        score, level = 4.84, "A"
+
+    logs = [ToolExecutionLog(tool_name="BRISQUE", raw_score=2.57, normalized_score=3.33)]
+    text = _reasoning(sv.analyze(astronaut), ExecutorOutput(tool_logs=logs), Fused(), 4.84, weighted=False)
+    assert "expected level at 4.84 (A); the tools are shown, not weighted." in text, text
+    assert text.count("4.84") == 1, text

@@ -251,8 +251,9 @@ def _reasoning(analyses: dict, evidence: ExecutorOutput, fused, expected: float,
     if weighted:
         text += f" Measured severities put the expected level at {expected:.2f}; fused with the tools: {fused.score:.2f} ({fused.level})."
     else:  # η 0: on held-out photos the tools made this answer worse (benchmarks/choose_fusion.py)
-        text += (f" Measured severities put the expected level at {expected:.2f}: {fused.score:.2f} ({fused.level});"
-                 " the tools are shown, not weighted.")
+        # Unweighted, the fused score is the expected level itself: said once ("at 4.84: 4.84 (A)" read as a typo).
+        stated = f"{expected:.2f}" + ("" if f"{expected:.2f}" == f"{fused.score:.2f}" else f", scored {fused.score:.2f}")
+        text += f" Measured severities put the expected level at {stated} ({fused.level}); the tools are shown, not weighted."
     return text
 
 
