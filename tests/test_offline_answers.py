@@ -592,3 +592,23 @@ def test_the_expected_level_is_stated_once_when_the_tools_are_not_weighted(astro
     text = _reasoning(sv.analyze(astronaut), ExecutorOutput(tool_logs=logs), Fused(), 4.84, weighted=False)
     assert "expected level at 4.84 (A); the tools are shown, not weighted." in text, text
     assert text.count("4.84") == 1, text
+
+
+def test_the_reasoning_says_when_no_tool_ran(tmp_path, astronaut):
+    # A region question runs no tool (the tools score the whole image), yet the reasoning said "fused with the tools:
+    # 1.18 (E)" with a reference, and "the tools are shown, not weighted" without one.
+    import agentic_iqa
+    from PIL import Image
+
+    from agentic_iqa.bench.synth import to_uint8
+
+    ref, blur = tmp_path / "ref.png", tmp_path / "blur.png"
+    Image.fromarray(to_uint8(astronaut)).save(ref)
+    Image.fromarray(to_uint8(distort(astronaut, "gaussian blur", 4))).save(blur)
+    for reference in (str(ref), None):
+        r = agentic_iqa.assess(str(blur), "Is the sky blurry? A. Yes B. No", reference=reference, config=tmp_path,
+                               backend="offline", use_cache=False)
+        text = r.result.quality_reasoning
+        assert r.evidence.tool_logs == [] and r.answer == "A"
+        assert "fused with the tools" not in text and "the tools are shown" not in text, text
+        assert "with no tool score to fuse: no tool ran (tools score the whole image" in text, text

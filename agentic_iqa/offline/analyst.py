@@ -134,8 +134,8 @@ class OfflineRoles:
         weighted = self.eta_for(mode) > 0
         fused = self.fuse(dist, scores, mode,
                           prob_note=f"analyst distribution from measured severities (expected level {expected:.2f})"
-                          + ("" if weighted else "; tools shown, not weighted (η 0, chosen on held-out photos)"))
-        reasoning = _reasoning(analyses, evidence, fused, expected, weighted)
+                          + ("" if weighted or not scores else "; tools shown, not weighted (η 0, chosen on held-out photos)"))
+        reasoning = _reasoning(analyses, evidence, fused, expected, weighted, plan)
         if ctx.scoring:
             return SummarizerOutput.from_fusion(
                 fused, reasoning,
@@ -237,7 +237,20 @@ def _ranked(analyses: dict) -> list:
     return severity.ranked(analyses)
 
 
-def _reasoning(analyses: dict, evidence: ExecutorOutput, fused, expected: float, weighted: bool = True) -> str:
+def _why_no_tool(evidence: ExecutorOutput, plan: Optional[PlannerOutput]) -> str:
+    if evidence.tool_logs:
+        return "every tool that ran failed"
+    if plan is not None and not plan.plan.tool_execution:
+        if plan.query_type == "Other":
+            return "no tool ran (the question is not about quality)"
+        if plan.region_named:
+            return "no tool ran (tools score the whole image, so none runs for a question about a region)"
+        return "no tool ran (the plan runs none)"
+    return "no tool ran"
+
+
+def _reasoning(analyses: dict, evidence: ExecutorOutput, fused, expected: float, weighted: bool = True,
+               plan: Optional[PlannerOutput] = None) -> str:
     found = [a for a in _ranked(analyses) if a.severity != "none"]
     parts = list(dict.fromkeys(a.explanation for a in found[:3])) or ["No distortion measured above the clean-photo range."]
     tools = [
@@ -248,11 +261,14 @@ def _reasoning(analyses: dict, evidence: ExecutorOutput, fused, expected: float,
     text = " ".join(parts)
     if tools:
         text += " Tools: " + "; ".join(tools) + "."
-    if weighted:
+    stated = f"{expected:.2f}" + ("" if f"{expected:.2f}" == f"{fused.score:.2f}" else f", scored {fused.score:.2f}")
+    if not tools:  # nothing to fuse or show: say so, and why, instead of "fused with the tools"
+        text += (f" Measured severities put the expected level at {stated} ({fused.level}), with no tool score to fuse:"
+                 f" {_why_no_tool(evidence, plan)}.")
+    elif weighted:
         text += f" Measured severities put the expected level at {expected:.2f}; fused with the tools: {fused.score:.2f} ({fused.level})."
     else:  # η 0: on held-out photos the tools made this answer worse (benchmarks/choose_fusion.py)
         # Unweighted, the fused score is the expected level itself: said once ("at 4.84: 4.84 (A)" read as a typo).
-        stated = f"{expected:.2f}" + ("" if f"{expected:.2f}" == f"{fused.score:.2f}" else f", scored {fused.score:.2f}")
         text += f" Measured severities put the expected level at {stated} ({fused.level}); the tools are shown, not weighted."
     return text
 
