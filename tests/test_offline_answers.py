@@ -612,3 +612,28 @@ def test_the_reasoning_says_when_no_tool_ran(tmp_path, astronaut):
         assert r.evidence.tool_logs == [] and r.answer == "A"
         assert "fused with the tools" not in text and "the tools are shown" not in text, text
         assert "with no tool score to fuse: no tool ran (tools score the whole image" in text, text
+
+
+def test_a_region_question_says_the_whole_image_was_measured(tmp_path, astronaut):
+    # "Is the bottom half blurry?" (bottom half blurred) was answered B for the whole frame, and "Is the sky noisy?"
+    # showed a "sky" row, though nothing is measured per region: the answer now says whose measurements it is.
+    import agentic_iqa
+    from PIL import Image
+
+    from agentic_iqa.bench.synth import to_uint8
+
+    half = np.array(astronaut, copy=True)
+    h = half.shape[0] // 2
+    half[h:] = distort(astronaut, "gaussian blur", 4)[h:]
+    path = tmp_path / "halfblur.png"
+    Image.fromarray(to_uint8(half)).save(path)
+    for query, region in (("Is the bottom half blurry? A. Yes B. No", "bottom half"), ("Is the sky noisy?", "sky")):
+        r = agentic_iqa.assess(str(path), query, config=tmp_path, backend="offline", use_cache=False)
+        assert r.plan.query_scope == [region]
+        assert r.result.quality_reasoning.startswith(
+            f"The offline analyst measured the whole image, not the {region} alone; a VLM (--lm) can look at it. "), r.result
+        rows = r.evidence.distortion_analysis[region]
+        assert rows and all(d.explanation.endswith(f"Measured on the whole image, not the {region}.") for d in rows)
+    whole = agentic_iqa.assess(str(path), "Is the image blurry? A. Yes B. No", config=tmp_path, backend="offline",
+                               use_cache=False)
+    assert "whole image" not in whole.result.quality_reasoning

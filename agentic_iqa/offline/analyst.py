@@ -102,6 +102,8 @@ class OfflineRoles:
         out: dict[str, list[DistortionAnalysis]] = {}
         for obj, categories in targets.items():
             items = []
+            # A region's row holds the whole image's measurements (nothing is measured per region): its line says so.
+            where = "" if obj == GLOBAL else f" Measured on the whole image, not the {obj}."
             for cat in categories:
                 a = analyses.get(cat)
                 if a is None:
@@ -110,9 +112,9 @@ class OfflineRoles:
                 if meant:  # "too bright?" asks about over-exposure, "pixelated?" about pixelation
                     which = strongest(a, meant[0])
                     items.append(DistortionAnalysis(type=cat, severity=a.severity_of(which),
-                                                    explanation=a.explanations.get(which, a.explanation)))
+                                                    explanation=a.explanations.get(which, a.explanation) + where))
                 else:
-                    items.append(DistortionAnalysis(type=cat, severity=a.severity, explanation=a.explanation))
+                    items.append(DistortionAnalysis(type=cat, severity=a.severity, explanation=a.explanation + where))
             out[obj] = items
         return out
 
@@ -135,7 +137,7 @@ class OfflineRoles:
         fused = self.fuse(dist, scores, mode,
                           prob_note=f"analyst distribution from measured severities (expected level {expected:.2f})"
                           + ("" if weighted or not scores else "; tools shown, not weighted (η 0, chosen on held-out photos)"))
-        reasoning = _reasoning(analyses, evidence, fused, expected, weighted, plan)
+        reasoning = _scope_note(plan) + _reasoning(analyses, evidence, fused, expected, weighted, plan)
         if ctx.scoring:
             return SummarizerOutput.from_fusion(
                 fused, reasoning,
@@ -235,6 +237,17 @@ def _ranked(analyses: dict) -> list:
     from agentic_iqa.offline import severity
 
     return severity.ranked(analyses)
+
+
+def _scope_note(plan: PlannerOutput) -> str:
+    """A sentence for a question about a region ("Is the sky noisy?", "Is the bottom half blurry?"): the offline
+    analyst measures the whole frame and cannot localise, so its answer is the whole image's, and says so."""
+    regions = [r for r in plan.query_scope if r != GLOBAL]
+    if not regions:
+        return ""
+    named = " or ".join(f"the {r}" for r in regions)
+    return (f"The offline analyst measured the whole image, not {named} alone; a VLM (--lm) can look at "
+            f"{'it' if len(regions) == 1 else 'them'}. ")
 
 
 def _why_no_tool(evidence: ExecutorOutput, plan: Optional[PlannerOutput]) -> str:
