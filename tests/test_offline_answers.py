@@ -637,3 +637,38 @@ def test_a_region_question_says_the_whole_image_was_measured(tmp_path, astronaut
     whole = agentic_iqa.assess(str(path), "Is the image blurry? A. Yes B. No", config=tmp_path, backend="offline",
                                use_cache=False)
     assert "whole image" not in whole.result.quality_reasoning
+
+
+def test_a_question_about_content_is_not_answered_with_a_distortion(tmp_path, astronaut):
+    # "What animal is in the picture?" was answered "The most visible distortion is blurs (extreme).", as if that
+    # answered it. The offline analyst answers quality questions only, and now says so (with the quality verdict).
+    blurred = sv.analyze(distort(astronaut, "gaussian blur", 5))
+    for query in ("What animal is in the picture?", "What is in the picture?", "Is it a cat?", "Who is in the photo?"):
+        answer = answer_question(query, rule_plan(query, has_reference=False), blurred, "E")
+        assert answer.startswith("The offline analyst answers quality questions only: quality bad (E); "), (query, answer)
+        assert "blur (" in answer and "blurs" not in answer, answer
+    # Questions about quality are answered as before.
+    for query in ("What is the main distortion?", "How is the quality?", "Any defects?", "How does the image look?"):
+        assert _answer(query, blurred).startswith("The most visible distortion is blur ("), query
+    assert _answer("Is it blurry?", blurred).startswith("Yes — blur: ")
+    assert _answer("Is the photo OK?", blurred).startswith("No — quality ")
+    assert _answer("What's wrong with this image?", blurred).startswith("The most visible distortion is blur (")
+
+    import agentic_iqa
+    from PIL import Image
+
+    from agentic_iqa.bench.synth import to_uint8
+
+    path = tmp_path / "blur.png"
+    Image.fromarray(to_uint8(distort(astronaut, "gaussian blur", 5))).save(path)
+    kw = dict(config=tmp_path, backend="offline", use_cache=False)
+    mcq = agentic_iqa.assess(str(path), "What animal is in the picture? A. Cat B. Dog", **kw)
+    assert mcq.answer == "A" and mcq.result.quality_reasoning.startswith(
+        "The offline analyst answers questions about image quality only and cannot see what the picture shows, so A is"
+        " no answer to it; a VLM (--lm) can. "), mcq.result.quality_reasoning
+    open_ = agentic_iqa.assess(str(path), "What animal is in the picture?", **kw)
+    assert open_.answer.startswith("The offline analyst answers quality questions only: quality ")
+    assert open_.result.quality_reasoning.startswith("The offline analyst cannot see what the picture shows; a VLM")
+    for query in ("Rate this photo", "What is the main distortion?", "Is it blurry? A. Yes B. No"):
+        r = agentic_iqa.assess(str(path), query, **kw)
+        assert "offline analyst" not in r.result.quality_reasoning, (query, r.result.quality_reasoning)

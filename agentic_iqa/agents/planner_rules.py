@@ -39,6 +39,9 @@ _OTHER_WORDS = re.compile(
     re.I,
 )
 
+# A rating request or a question about the quality itself ("Rate this photo", "How is the quality?").
+RATING_WORDS = re.compile(r"\b(rate|rating|score|grade|assess|evaluate|quality|how good|how bad)\b", re.I)
+
 # Nouns that mean "the picture itself", not a region of it.
 _NOT_REGIONS = {
     "image", "photo", "photograph", "picture", "pic", "shot", "frame", "quality", "overall", "whole",

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Optional
 
 from agentic_iqa.agents.context import AssessmentContext
-from agentic_iqa.agents.planner_rules import asks_sharpness, mcq_options, named_distortions, rule_plan
+from agentic_iqa.agents.planner_rules import RATING_WORDS, asks_sharpness, mcq_options, named_distortions, rule_plan
 from agentic_iqa.agents.tool_execution import unique_tool_scores
 from agentic_iqa.fusion import ScoreFusion
 from signatures.models import (
@@ -145,6 +145,10 @@ class OfflineRoles:
                 prob_mode="analyst",
             )
         answer = answer_question(ctx.query, plan, analyses, fused.level)
+        if not asks_about_quality(ctx.query, plan):  # "What animal is in the picture?": say what it can't answer
+            reasoning = (("The offline analyst answers questions about image quality only and cannot see what the"
+                          f" picture shows, so {answer} is no answer to it" if mcq_options(ctx.query) else
+                          "The offline analyst cannot see what the picture shows") + "; a VLM (--lm) can. ") + reasoning
         return SummarizerOutput(final_answer=answer, quality_reasoning=reasoning)
 
 
@@ -313,6 +317,9 @@ def answer_question(query: str, plan: PlannerOutput, analyses: dict, fused_level
             target = LEVEL_SCORES[fused_level]
             return min(by_level, key=lambda k: abs(by_level[k] - target))
         return next(iter(texts))  # no option the measurements can speak to; the reasoning says what was measured
+    if not asks_about_quality(query, plan):
+        return (f"The offline analyst answers quality questions only: quality {LEVEL_NAMES[fused_level].lower()}"
+                f" ({fused_level}); {_main_distortion(analyses)[0].lower()}{_main_distortion(analyses)[1:]}")
     yes_no = bool(_YES_NO_QUESTION.match(_question_text(query)))
     if asked:
         found = [f"{_name(c, query)}: {_severity(analyses, c, query)}" for c in asked if c in analyses]
@@ -320,10 +327,36 @@ def answer_question(query: str, plan: PlannerOutput, analyses: dict, fused_level
         return (("Yes — " if bool(present) != absent else "No — ") if yes_no else "") + "; ".join(found)
     if yes_no and polarity is not None:
         return f"{'Yes' if _good(fused_level) == polarity else 'No'} — quality {LEVEL_NAMES[fused_level].lower()} ({fused_level})"
+    return _main_distortion(analyses)
+
+
+def _main_distortion(analyses: dict) -> str:
     worst = _ranked(analyses)[0]
     if worst.severity == "none":
         return "No distortion stands out; the image measures within the clean-photo range."
     return f"The most visible distortion is {damage_name(worst.detector)} ({worst.severity})."
+
+
+# Words of a question about quality that name no distortion category. Damage words ("What is the main distortion?",
+# "Any artifacts?") make any question one; the others ("What's wrong?" is a bad word) unless the planner files it as
+# "Other" (aesthetics, content: "Is the composition better?").
+_DAMAGE_TALK = re.compile(r"\b(?:distort\w*|artifact\w*|artefact\w*|defect\w*|damage\w*|degrad\w*|flaw\w*)", re.I)
+_QUALITY_TALK = re.compile(r"\b(?:issues?|clear|clarity|resolution|fidelity|better|worse|best|worst|fair|"
+                           r"how\b.*\blooks?)\b", re.I)
+
+
+def asks_about_quality(query: str, plan: PlannerOutput) -> bool:
+    """Whether a question asks about the image's quality or distortions, all the offline analyst measures: one naming
+    a distortion (in its words or options), a tool, a rating or quality word ("Rate this photo", "How is the
+    quality?") or damage ("the main distortion") does; else one the planner files as "Other" (aesthetics, content)
+    does not, and another does when it has a good or bad word ("Is it OK?", "What's wrong?", options "Good / Poor")
+    or asks how the image looks. "What animal is in the picture?" does not: the offline analyst cannot answer it."""
+    if (plan.distortions or plan.required_tool or named_distortions(query) or RATING_WORDS.search(query)
+            or _DAMAGE_TALK.search(query)):
+        return True
+    if plan.query_type == "Other":
+        return False
+    return bool(_GOOD_WORDS.search(query) or _BAD_WORDS.search(query) or _QUALITY_TALK.search(query))
 
 
 def damage_name(detector: str) -> str:
