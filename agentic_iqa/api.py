@@ -29,7 +29,6 @@ DEFAULT_SCORING_QUERY = "Rate the overall quality of this image."
 # side all read as severe damage (E: "extreme motion blur", "JPEG blocking"), while from 48 px (six 8×8
 # blocks) the colour photos tried read clean (A/B). BRISQUE, the offline default tool, needs 32 px.
 MIN_IMAGE_SIDE = 48
-_RATING = re.compile(r"\b(rate|rating|score|grade|assess|evaluate|quality|how good|how bad)\b", re.I)
 _YES_NO = re.compile(r"^\s*(is|are|does|do|can|could|was|were|has|have|which|what|where|why|how (?!good|bad))\b", re.I)
 
 
@@ -75,11 +74,11 @@ class AssessmentResult(BaseModel):
 
 def decide_mode(query: str) -> Literal["score", "answer"]:
     """Scoring (level A–E + fused score) for rating requests; explanation/QA for questions and options."""
-    from agentic_iqa.agents.planner_rules import mcq_options
+    from agentic_iqa.agents.planner_rules import RATING_WORDS, mcq_options
 
     if mcq_options(query):
         return "answer"
-    if _RATING.search(query) and not _YES_NO.match(query):
+    if RATING_WORDS.search(query) and not _YES_NO.match(query):
         return "score"
     return "answer"
 

@@ -561,3 +561,114 @@ def test_graded_and_none_options_are_chosen_by_the_measured_severity(astronaut):
     main = "What is the main distortion? A. Noise B. Blur C. JPEG compression D. None"
     blurred = sv.analyze(distort(astronaut, "gaussian blur", 4))
     assert [_answer(main, a) for a in (clean, levels[5], blurred)] == ["D", "A", "B"]
+
+
+# ── answer text a new user reads ─────────────────────────────────────────────────────────────────
+
+def test_the_main_distortion_is_named_by_its_detector_in_good_grammar(astronaut):
+    # "The most visible distortion is blurs (severe)" named the category, in the plural, and called a pixelation blur
+    # while the evidence line beside it said "Severe pixelation".
+    clean = sv.analyze(astronaut)
+    for det, name in (("pixelate", "pixelation"), ("blur", "blur"), ("jpeg", "JPEG blocking"), ("impulse", "impulse noise"),
+                      ("dark", "under-exposure")):
+        an = _with_levels(clean, **{det: 4.0})
+        assert _answer("What is the main distortion?", an) == f"The most visible distortion is {name} (severe).", det
+    pixelated = sv.analyze(distort(astronaut, "pixelate", 4, seed=0, key="test"))
+    assert pixelated["Blurs"].detector == "pixelate", sv.explain(pixelated)
+    assert "pixelation (" in _answer("What is the main distortion?", pixelated)
+
+
+def test_the_expected_level_is_stated_once_when_the_tools_are_not_weighted(astronaut):
+    # Every no-reference answer read "the expected level at 4.84: 4.84 (A)": with η 0 the fused score is the expected
+    # level, printed twice.
+    from agentic_iqa.offline.analyst import _reasoning
+    from iqa_tools.records import ToolExecutionLog
+    from signatures.models import ExecutorOutput
+
+    class Fused:
+        score, level = 4.84, "A"
+
+    logs = [ToolExecutionLog(tool_name="BRISQUE", raw_score=2.57, normalized_score=3.33)]
+    text = _reasoning(sv.analyze(astronaut), ExecutorOutput(tool_logs=logs), Fused(), 4.84, weighted=False)
+    assert "expected level at 4.84 (A); the tools are shown, not weighted." in text, text
+    assert text.count("4.84") == 1, text
+
+
+def test_the_reasoning_says_when_no_tool_ran(tmp_path, astronaut):
+    # A region question runs no tool (the tools score the whole image), yet the reasoning said "fused with the tools:
+    # 1.18 (E)" with a reference, and "the tools are shown, not weighted" without one.
+    import agentic_iqa
+    from PIL import Image
+
+    from agentic_iqa.bench.synth import to_uint8
+
+    ref, blur = tmp_path / "ref.png", tmp_path / "blur.png"
+    Image.fromarray(to_uint8(astronaut)).save(ref)
+    Image.fromarray(to_uint8(distort(astronaut, "gaussian blur", 4))).save(blur)
+    for reference in (str(ref), None):
+        r = agentic_iqa.assess(str(blur), "Is the sky blurry? A. Yes B. No", reference=reference, config=tmp_path,
+                               backend="offline", use_cache=False)
+        text = r.result.quality_reasoning
+        assert r.evidence.tool_logs == [] and r.answer == "A"
+        assert "fused with the tools" not in text and "the tools are shown" not in text, text
+        assert "with no tool score to fuse: no tool ran (tools score the whole image" in text, text
+
+
+def test_a_region_question_says_the_whole_image_was_measured(tmp_path, astronaut):
+    # "Is the bottom half blurry?" (bottom half blurred) was answered B for the whole frame, and "Is the sky noisy?"
+    # showed a "sky" row, though nothing is measured per region: the answer now says whose measurements it is.
+    import agentic_iqa
+    from PIL import Image
+
+    from agentic_iqa.bench.synth import to_uint8
+
+    half = np.array(astronaut, copy=True)
+    h = half.shape[0] // 2
+    half[h:] = distort(astronaut, "gaussian blur", 4)[h:]
+    path = tmp_path / "halfblur.png"
+    Image.fromarray(to_uint8(half)).save(path)
+    for query, region in (("Is the bottom half blurry? A. Yes B. No", "bottom half"), ("Is the sky noisy?", "sky")):
+        r = agentic_iqa.assess(str(path), query, config=tmp_path, backend="offline", use_cache=False)
+        assert r.plan.query_scope == [region]
+        assert r.result.quality_reasoning.startswith(
+            f"The offline analyst measured the whole image, not the {region} alone; a VLM (--lm) can look at it. "), r.result
+        rows = r.evidence.distortion_analysis[region]
+        assert rows and all(d.explanation.endswith(f"Measured on the whole image, not the {region}.") for d in rows)
+    whole = agentic_iqa.assess(str(path), "Is the image blurry? A. Yes B. No", config=tmp_path, backend="offline",
+                               use_cache=False)
+    assert "whole image" not in whole.result.quality_reasoning
+
+
+def test_a_question_about_content_is_not_answered_with_a_distortion(tmp_path, astronaut):
+    # "What animal is in the picture?" was answered "The most visible distortion is blurs (extreme).", as if that
+    # answered it. The offline analyst answers quality questions only, and now says so (with the quality verdict).
+    blurred = sv.analyze(distort(astronaut, "gaussian blur", 5))
+    for query in ("What animal is in the picture?", "What is in the picture?", "Is it a cat?", "Who is in the photo?"):
+        answer = answer_question(query, rule_plan(query, has_reference=False), blurred, "E")
+        assert answer.startswith("The offline analyst answers quality questions only: quality bad (E); "), (query, answer)
+        assert "blur (" in answer and "blurs" not in answer, answer
+    # Questions about quality are answered as before.
+    for query in ("What is the main distortion?", "How is the quality?", "Any defects?", "How does the image look?"):
+        assert _answer(query, blurred).startswith("The most visible distortion is blur ("), query
+    assert _answer("Is it blurry?", blurred).startswith("Yes — blur: ")
+    assert _answer("Is the photo OK?", blurred).startswith("No — quality ")
+    assert _answer("What's wrong with this image?", blurred).startswith("The most visible distortion is blur (")
+
+    import agentic_iqa
+    from PIL import Image
+
+    from agentic_iqa.bench.synth import to_uint8
+
+    path = tmp_path / "blur.png"
+    Image.fromarray(to_uint8(distort(astronaut, "gaussian blur", 5))).save(path)
+    kw = dict(config=tmp_path, backend="offline", use_cache=False)
+    mcq = agentic_iqa.assess(str(path), "What animal is in the picture? A. Cat B. Dog", **kw)
+    assert mcq.answer == "A" and mcq.result.quality_reasoning.startswith(
+        "The offline analyst answers questions about image quality only and cannot see what the picture shows, so A is"
+        " no answer to it; a VLM (--lm) can. "), mcq.result.quality_reasoning
+    open_ = agentic_iqa.assess(str(path), "What animal is in the picture?", **kw)
+    assert open_.answer.startswith("The offline analyst answers quality questions only: quality ")
+    assert open_.result.quality_reasoning.startswith("The offline analyst cannot see what the picture shows; a VLM")
+    for query in ("Rate this photo", "What is the main distortion?", "Is it blurry? A. Yes B. No"):
+        r = agentic_iqa.assess(str(path), query, **kw)
+        assert "offline analyst" not in r.result.quality_reasoning, (query, r.result.quality_reasoning)

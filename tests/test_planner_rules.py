@@ -32,3 +32,19 @@ def test_mcq_options_are_parsed():
     assert mcq_options("Is it blurry? A. Yes B. No") == {"A": "Yes", "B": "No"}
     assert mcq_options("Rate it. A) Good B) Bad C) Fair") == {"A": "Good", "B": "Bad", "C": "Fair"}
     assert mcq_options("Rate this photo") == {}
+
+
+@pytest.mark.parametrize("query,scope", [
+    ("Is the bottom half blurry? A. Yes B. No", ["bottom half"]),
+    ("Is the top-left corner noisy?", ["top-left corner"]),
+    ("Is the left side of the image too dark?", ["left side"]),
+    ("Is the image blurry in the bottom right corner?", ["bottom right corner"]),
+    ("Is the boat on the left sharp?", ["boat on the left"]),  # "on the left" still places the object before it
+    ("Is the image blurry?", ["Global"]),
+])
+def test_a_part_of_the_frame_is_a_region(query, scope):
+    # "Is the bottom half blurry?" was planned for the whole image ("bottom" is not an object, "half" had no
+    # determiner), so the offline analyst answered it for the whole frame without saying so.
+    p = rule_plan(query, has_reference=False)
+    assert p.query_scope == scope
+    assert p.plan.tool_execution is (scope == ["Global"])

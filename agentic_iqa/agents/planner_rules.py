@@ -39,6 +39,9 @@ _OTHER_WORDS = re.compile(
     re.I,
 )
 
+# A rating request or a question about the quality itself ("Rate this photo", "How is the quality?").
+RATING_WORDS = re.compile(r"\b(rate|rating|score|grade|assess|evaluate|quality|how good|how bad)\b", re.I)
+
 # Nouns that mean "the picture itself", not a region of it.
 _NOT_REGIONS = {
     "image", "photo", "photograph", "picture", "pic", "shot", "frame", "quality", "overall", "whole",
@@ -91,14 +94,28 @@ def _object_word(word: str, excluded: set) -> bool:
                 or _is_distortion_word(word) or word.endswith("ly"))
 
 
+# A part of the frame: "the bottom half", "the top-left corner", "the left side" ("bottom", "left" alone are not
+# objects: "on the left" places the object before it).
+_PART = re.compile(
+    r"(?:the|this|that|its)\s+((?:(?:top|bottom|upper|lower|left|right|left-hand|right-hand|centre|center|middle|far)[- ])+"
+    r"(?:half|part|side|corner|edge|third|quarter|area|region|portion|section|border))\b", re.I)
+
+
 def named_regions(text: str, exclude: Iterable[str] = ()) -> list[str]:
     """Objects/regions the query is about, each as a whole phrase: 'Is the sky blurry?' -> ['sky'];
-    'the man's face' -> ['face']; 'the tree in the center' -> ['tree in the center'] (one object)."""
+    'the man's face' -> ['face']; 'the tree in the center' -> ['tree in the center'] (one object);
+    'Is the bottom half blurry?' -> ['bottom half'] (a part of the frame)."""
     regions: list[str] = []
     excluded = {e.lower() for e in exclude}
     taken = 0  # end of the last phrase: a location phrase's own noun is not a second object
     for m in _REGION.finditer(text):
         if m.start() < taken:
+            continue
+        part = _PART.match(text, m.start())
+        if part:
+            phrase, taken = " ".join(part.group(1).lower().split()), part.end()
+            if phrase not in regions:
+                regions.append(phrase)
             continue
         if regions and re.search(r"\bof\s*$", text[: m.start()], re.I):
             continue  # "the face of the man": the region is the face (but "the quality of the sky": the sky)

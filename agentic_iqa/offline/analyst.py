@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Optional
 
 from agentic_iqa.agents.context import AssessmentContext
-from agentic_iqa.agents.planner_rules import asks_sharpness, mcq_options, named_distortions, rule_plan
+from agentic_iqa.agents.planner_rules import RATING_WORDS, asks_sharpness, mcq_options, named_distortions, rule_plan
 from agentic_iqa.agents.tool_execution import unique_tool_scores
 from agentic_iqa.fusion import ScoreFusion
 from signatures.models import (
@@ -102,6 +102,8 @@ class OfflineRoles:
         out: dict[str, list[DistortionAnalysis]] = {}
         for obj, categories in targets.items():
             items = []
+            # A region's row holds the whole image's measurements (nothing is measured per region): its line says so.
+            where = "" if obj == GLOBAL else f" Measured on the whole image, not the {obj}."
             for cat in categories:
                 a = analyses.get(cat)
                 if a is None:
@@ -110,9 +112,9 @@ class OfflineRoles:
                 if meant:  # "too bright?" asks about over-exposure, "pixelated?" about pixelation
                     which = strongest(a, meant[0])
                     items.append(DistortionAnalysis(type=cat, severity=a.severity_of(which),
-                                                    explanation=a.explanations.get(which, a.explanation)))
+                                                    explanation=a.explanations.get(which, a.explanation) + where))
                 else:
-                    items.append(DistortionAnalysis(type=cat, severity=a.severity, explanation=a.explanation))
+                    items.append(DistortionAnalysis(type=cat, severity=a.severity, explanation=a.explanation + where))
             out[obj] = items
         return out
 
@@ -134,8 +136,8 @@ class OfflineRoles:
         weighted = self.eta_for(mode) > 0
         fused = self.fuse(dist, scores, mode,
                           prob_note=f"analyst distribution from measured severities (expected level {expected:.2f})"
-                          + ("" if weighted else "; tools shown, not weighted (η 0, chosen on held-out photos)"))
-        reasoning = _reasoning(analyses, evidence, fused, expected, weighted)
+                          + ("" if weighted or not scores else "; tools shown, not weighted (η 0, chosen on held-out photos)"))
+        reasoning = _scope_note(plan) + _reasoning(analyses, evidence, fused, expected, weighted, plan)
         if ctx.scoring:
             return SummarizerOutput.from_fusion(
                 fused, reasoning,
@@ -143,6 +145,10 @@ class OfflineRoles:
                 prob_mode="analyst",
             )
         answer = answer_question(ctx.query, plan, analyses, fused.level)
+        if not asks_about_quality(ctx.query, plan):  # "What animal is in the picture?": say what it can't answer
+            reasoning = (("The offline analyst answers questions about image quality only and cannot see what the"
+                          f" picture shows, so {answer} is no answer to it" if mcq_options(ctx.query) else
+                          "The offline analyst cannot see what the picture shows") + "; a VLM (--lm) can. ") + reasoning
         return SummarizerOutput(final_answer=answer, quality_reasoning=reasoning)
 
 
@@ -237,7 +243,31 @@ def _ranked(analyses: dict) -> list:
     return severity.ranked(analyses)
 
 
-def _reasoning(analyses: dict, evidence: ExecutorOutput, fused, expected: float, weighted: bool = True) -> str:
+def _scope_note(plan: PlannerOutput) -> str:
+    """A sentence for a question about a region ("Is the sky noisy?", "Is the bottom half blurry?"): the offline
+    analyst measures the whole frame and cannot localise, so its answer is the whole image's, and says so."""
+    regions = [r for r in plan.query_scope if r != GLOBAL]
+    if not regions:
+        return ""
+    named = " or ".join(f"the {r}" for r in regions)
+    return (f"The offline analyst measured the whole image, not {named} alone; a VLM (--lm) can look at "
+            f"{'it' if len(regions) == 1 else 'them'}. ")
+
+
+def _why_no_tool(evidence: ExecutorOutput, plan: Optional[PlannerOutput]) -> str:
+    if evidence.tool_logs:
+        return "every tool that ran failed"
+    if plan is not None and not plan.plan.tool_execution:
+        if plan.query_type == "Other":
+            return "no tool ran (the question is not about quality)"
+        if plan.region_named:
+            return "no tool ran (tools score the whole image, so none runs for a question about a region)"
+        return "no tool ran (the plan runs none)"
+    return "no tool ran"
+
+
+def _reasoning(analyses: dict, evidence: ExecutorOutput, fused, expected: float, weighted: bool = True,
+               plan: Optional[PlannerOutput] = None) -> str:
     found = [a for a in _ranked(analyses) if a.severity != "none"]
     parts = list(dict.fromkeys(a.explanation for a in found[:3])) or ["No distortion measured above the clean-photo range."]
     tools = [
@@ -248,11 +278,15 @@ def _reasoning(analyses: dict, evidence: ExecutorOutput, fused, expected: float,
     text = " ".join(parts)
     if tools:
         text += " Tools: " + "; ".join(tools) + "."
-    if weighted:
+    stated = f"{expected:.2f}" + ("" if f"{expected:.2f}" == f"{fused.score:.2f}" else f", scored {fused.score:.2f}")
+    if not tools:  # nothing to fuse or show: say so, and why, instead of "fused with the tools"
+        text += (f" Measured severities put the expected level at {stated} ({fused.level}), with no tool score to fuse:"
+                 f" {_why_no_tool(evidence, plan)}.")
+    elif weighted:
         text += f" Measured severities put the expected level at {expected:.2f}; fused with the tools: {fused.score:.2f} ({fused.level})."
     else:  # η 0: on held-out photos the tools made this answer worse (benchmarks/choose_fusion.py)
-        text += (f" Measured severities put the expected level at {expected:.2f}: {fused.score:.2f} ({fused.level});"
-                 " the tools are shown, not weighted.")
+        # Unweighted, the fused score is the expected level itself: said once ("at 4.84: 4.84 (A)" read as a typo).
+        text += f" Measured severities put the expected level at {stated} ({fused.level}); the tools are shown, not weighted."
     return text
 
 
@@ -283,6 +317,9 @@ def answer_question(query: str, plan: PlannerOutput, analyses: dict, fused_level
             target = LEVEL_SCORES[fused_level]
             return min(by_level, key=lambda k: abs(by_level[k] - target))
         return next(iter(texts))  # no option the measurements can speak to; the reasoning says what was measured
+    if not asks_about_quality(query, plan):
+        return (f"The offline analyst answers quality questions only: quality {LEVEL_NAMES[fused_level].lower()}"
+                f" ({fused_level}); {_main_distortion(analyses)[0].lower()}{_main_distortion(analyses)[1:]}")
     yes_no = bool(_YES_NO_QUESTION.match(_question_text(query)))
     if asked:
         found = [f"{_name(c, query)}: {_severity(analyses, c, query)}" for c in asked if c in analyses]
@@ -290,10 +327,46 @@ def answer_question(query: str, plan: PlannerOutput, analyses: dict, fused_level
         return (("Yes — " if bool(present) != absent else "No — ") if yes_no else "") + "; ".join(found)
     if yes_no and polarity is not None:
         return f"{'Yes' if _good(fused_level) == polarity else 'No'} — quality {LEVEL_NAMES[fused_level].lower()} ({fused_level})"
+    return _main_distortion(analyses)
+
+
+def _main_distortion(analyses: dict) -> str:
     worst = _ranked(analyses)[0]
     if worst.severity == "none":
         return "No distortion stands out; the image measures within the clean-photo range."
-    return f"The most visible distortion is {worst.category.lower()} ({worst.severity})."
+    return f"The most visible distortion is {damage_name(worst.detector)} ({worst.severity})."
+
+
+# Words of a question about quality that name no distortion category. Damage words ("What is the main distortion?",
+# "Any artifacts?") make any question one; the others ("What's wrong?" is a bad word) unless the planner files it as
+# "Other" (aesthetics, content: "Is the composition better?").
+_DAMAGE_TALK = re.compile(r"\b(?:distort\w*|artifact\w*|artefact\w*|defect\w*|damage\w*|degrad\w*|flaw\w*)", re.I)
+_QUALITY_TALK = re.compile(r"\b(?:issues?|clear|clarity|resolution|fidelity|better|worse|best|worst|fair|"
+                           r"how\b.*\blooks?)\b", re.I)
+
+
+def asks_about_quality(query: str, plan: PlannerOutput) -> bool:
+    """Whether a question asks about the image's quality or distortions, all the offline analyst measures: one naming
+    a distortion (in its words or options), a tool, a rating or quality word ("Rate this photo", "How is the
+    quality?") or damage ("the main distortion") does; else one the planner files as "Other" (aesthetics, content)
+    does not, and another does when it has a good or bad word ("Is it OK?", "What's wrong?", options "Good / Poor")
+    or asks how the image looks. "What animal is in the picture?" does not: the offline analyst cannot answer it."""
+    if (plan.distortions or plan.required_tool or named_distortions(query) or RATING_WORDS.search(query)
+            or _DAMAGE_TALK.search(query)):
+        return True
+    if plan.query_type == "Other":
+        return False
+    return bool(_GOOD_WORDS.search(query) or _BAD_WORDS.search(query) or _QUALITY_TALK.search(query))
+
+
+def damage_name(detector: str) -> str:
+    """What a detector found, as a noun phrase for a sentence: "pixelation", "JPEG blocking", "impulse noise" (its
+    explanation label without the parenthesis). The category's name ("Blurs", "Compression") is not the damage:
+    "the most visible distortion is blurs" read wrongly, and named blur for a pixelation."""
+    from agentic_iqa.offline import severity
+
+    det = next((d for d in severity.DETECTORS if d.name == detector), None)
+    return " ".join(re.sub(r"\([^)]*\)", " ", det.label).split()) if det else detector
 
 
 # How much of a distortion an option claims ("Slightly noisy", "Very blurry", "Not noisy"); an option that names no
