@@ -18,7 +18,7 @@ LAYERS = {
     "agentic_iqa.agents": 2, "agentic_iqa.offline": 2,
     "agentic_iqa.graph": 3,
     "agentic_iqa": 4,  # api, batch, bench, the package itself
-    "agentic_iqa.cli": 5, "optimizers": 5,
+    "agentic_iqa.cli": 5, "agentic_iqa.__main__": 5, "optimizers": 5,
 }
 #: What the lowest layer may never import, whatever the layer table says.
 FORBIDDEN = {"iqa_tools": ("agentic_iqa", "signatures", "optimizers", "dspy"), "signatures": ("agentic_iqa", "optimizers")}

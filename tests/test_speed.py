@@ -111,7 +111,7 @@ def test_same_content_is_decoded_once_and_shared_read_only(tmp_path, monkeypatch
     images.clear_decoded_cache()
     calls = []
     real = images._decode
-    monkeypatch.setattr(images, "_decode", lambda src, limit: calls.append(src.label) or real(src, limit))
+    monkeypatch.setattr(images, "_decode", lambda src, *rest: calls.append(src.label) or real(src, *rest))
     a, b = tmp_path / "a.jpg", tmp_path / "b.jpg"
     a.write_bytes(_jpeg(1))
     b.write_bytes(_jpeg(1))  # same bytes under another name
