@@ -672,3 +672,24 @@ def test_a_question_about_content_is_not_answered_with_a_distortion(tmp_path, as
     for query in ("Rate this photo", "What is the main distortion?", "Is it blurry? A. Yes B. No"):
         r = agentic_iqa.assess(str(path), query, **kw)
         assert "offline analyst" not in r.result.quality_reasoning, (query, r.result.quality_reasoning)
+
+
+# ── a reference of another scene ─────────────────────────────────────────────────────────────────
+
+def test_a_reference_of_another_scene_is_flagged_but_a_damaged_copy_is_not(tmp_path, astronaut):
+    """`assess ref.png --reference other_ref.png` (another scene, same size) answered "C 3.04: slight wavelet smearing"
+    from a full-reference comparison of two different pictures, with no word that they differ."""
+    from PIL import Image
+
+    from agentic_iqa import create_assessor
+
+    size = astronaut.shape[1], astronaut.shape[0]
+    paths = {}
+    for name, pixels in (("ref", astronaut), ("blurred", distort(astronaut, "gaussian blur", 5)),
+                         ("other", np.asarray(Image.fromarray((load_reference("chelsea") * 255).round().astype(np.uint8)).resize(size)) / 255.0)):
+        paths[name] = tmp_path / f"{name}.png"
+        Image.fromarray((np.clip(pixels, 0, 1) * 255).round().astype(np.uint8)).save(paths[name])
+    iqa = create_assessor(offline=True, device="cpu")
+    flagged = [n for n in iqa(paths["other"], reference=paths["ref"]).notes if "same scene" in n]
+    assert len(flagged) == 1 and "check the reference file" in flagged[0], flagged
+    assert not any("same scene" in n for n in iqa(paths["blurred"], reference=paths["ref"]).notes)

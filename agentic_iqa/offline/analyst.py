@@ -77,6 +77,11 @@ class OfflineRoles:
             if reference is not None and ref_size != size:
                 ctx.trace.add("analyze", "note", "reference size differs from the image: no-reference statistics used")
                 reference = None
+            if reference is not None and (similarity := scene_similarity(image, reference)) < SAME_SCENE_MIN:
+                ctx.trace.add("analyze", "note", (
+                    f"the reference does not look like the same scene as the image (their layouts of edges correlate "
+                    f"{similarity:.2f}; damaged copies of a photo measured 0.33 or more): the full-reference verdict "
+                    "compares two different pictures; check the reference file"))
             ref_stats = _reference_stats(ref_hash, reference) if reference is not None else None
             return severity.analyze(image, reference, reference_stats=ref_stats)
 
@@ -210,6 +215,32 @@ def _working_pixels(ctx: AssessmentContext, path) -> tuple[tuple[int, int], "obj
 
     loaded = load_image(path, max_pixels=ctx.settings.pipeline.max_image_pixels)
     return loaded.size, at_working_size(loaded.float_pixels()), loaded.sha256
+
+
+# A reference of another scene makes every full-reference figure meaningless, so the answer says so. Measured on the
+# accuracy corpus' 88 working copies (benchmarks/RESULTS.md, issue 10 follow-up 19): every photo damaged by any of the
+# 17 types at levels 4-5 keeps a coarse edge-layout correlation with its original of 0.33 or more (3,162 pairs); two
+# different photos of the same size fall below 0.25 in 627 of 636 pairs (the rest, similar layouts, pass unnoticed).
+SAME_SCENE_MIN = 0.25
+
+
+def scene_similarity(image, reference) -> float:
+    """Correlation of the two images' gradient magnitude at 32 px on the long side: where the edges are, which
+    tone, colour, blur, noise and compression damage keep and another scene does not."""
+    import cv2
+    import numpy as np
+
+    def edges(x) -> "np.ndarray":
+        h, w = x.shape[:2]
+        scale = 32 / max(h, w)
+        small = cv2.resize(np.asarray(x, np.float32).mean(axis=2), (max(round(w * scale), 4), max(round(h * scale), 4)),
+                           interpolation=cv2.INTER_AREA)
+        g = np.hypot(*np.gradient(small))
+        return g - g.mean()
+
+    a, b = edges(image), edges(reference)
+    denom = float(np.sqrt((a * a).sum() * (b * b).sum()))
+    return float((a * b).sum() / denom) if denom > 0 else 1.0  # two flat frames: nothing says they differ
 
 
 _REFERENCE_STATS: "OrderedDict[tuple, dict]" = OrderedDict()
