@@ -126,6 +126,10 @@ def read_source(src: Any, label: Optional[str] = None) -> ImageSource:
         return src
     if isinstance(src, str) and "://" in src[:12]:
         raise ImageError(f"{src}: URLs are not fetched; download the image first and pass the local file")
+    if isinstance(src, str) and src.startswith("example:"):  # "example:chelsea", as the CLI and assess() take it
+        from iqa_tools.examples import resolve_example
+
+        label, src = label or src, resolve_example(src)
     if isinstance(src, (str, os.PathLike)):
         name = label or str(src)
         try:

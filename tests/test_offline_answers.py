@@ -693,3 +693,18 @@ def test_a_reference_of_another_scene_is_flagged_but_a_damaged_copy_is_not(tmp_p
     flagged = [n for n in iqa(paths["other"], reference=paths["ref"]).notes if "same scene" in n]
     assert len(flagged) == 1 and "check the reference file" in flagged[0], flagged
     assert not any("same scene" in n for n in iqa(paths["blurred"], reference=paths["ref"]).notes)
+
+
+def test_too_colourful_asks_about_over_saturation_and_a_colour_of_a_thing_is_content(astronaut):
+    # "Is it too colourful?" answered "Yes — Color distortions: severe" from the whole colour category (a colour loss
+    # would have said Yes too); "What colour is the car?" was taken for a question about colour damage.
+    from agentic_iqa.offline.analyst import asks_about_quality
+
+    clean, boosted = sv.analyze(astronaut), sv.analyze(distort(astronaut, "color saturation 2", 4))
+    washed = sv.analyze(distort(astronaut, "color saturation 1", 5))
+    assert washed["Color distortions"].severity != "none"
+    assert [_answer("Is it too colourful? A. Yes B. No", a) for a in (clean, boosted, washed)] == ["B", "A", "B"]
+    assert _answer("Is the image too colorful?", clean).startswith("No — over-saturation")
+    query = "What colour is the car?"
+    assert not asks_about_quality(query, rule_plan(query, has_reference=False))
+    assert asks_about_quality("Are the colours washed out?", rule_plan("Are the colours washed out?", has_reference=False))

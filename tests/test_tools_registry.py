@@ -372,3 +372,13 @@ def test_large_images_are_scored_at_the_tool_working_size(tmp_path):
     assert fr.working_size == (1154, 866) and fr.raw_score == pytest.approx(1.0, abs=1e-6)
     small = r.score("PIQE", Image.fromarray(arr[:600, :800]))
     assert small.working_size == (800, 600) and not any("downscaled" in n for n in small.notes)
+
+
+def test_example_names_work_in_the_registry_as_in_the_cli(reg):
+    # `ToolRegistry().score("PIQE", "example:chelsea")` said "file not found" though the CLI and assess() take it.
+    from iqa_tools.examples import example_image
+
+    by_name = reg.score("PIQE", "example:chelsea")
+    assert math.isfinite(by_name.raw_score) and by_name.raw_score == reg.score("PIQE", str(example_image("chelsea"))).raw_score
+    with pytest.raises(ImageError, match="unknown example image"):
+        reg.score("PIQE", "example:nosuchphoto")

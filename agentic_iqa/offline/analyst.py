@@ -376,12 +376,17 @@ _QUALITY_TALK = re.compile(r"\b(?:issues?|clear|clarity|resolution|fidelity|bett
                            r"how\b.*\blooks?)\b", re.I)
 
 
+_WHAT_COLOUR = re.compile(r"^\s*(?:what|which)\s+colou?rs?\s+(?:is|are|was|were|does|do|did)\b", re.I)
+
+
 def asks_about_quality(query: str, plan: PlannerOutput) -> bool:
     """Whether a question asks about the image's quality or distortions, all the offline analyst measures: one naming
     a distortion (in its words or options), a tool, a rating or quality word ("Rate this photo", "How is the
     quality?") or damage ("the main distortion") does; else one the planner files as "Other" (aesthetics, content)
     does not, and another does when it has a good or bad word ("Is it OK?", "What's wrong?", options "Good / Poor")
     or asks how the image looks. "What animal is in the picture?" does not: the offline analyst cannot answer it."""
+    if _WHAT_COLOUR.match(query):  # "What colour is the car?" names the colour of a thing, not colour damage
+        return False
     if (plan.distortions or plan.required_tool or named_distortions(query) or RATING_WORDS.search(query)
             or _DAMAGE_TALK.search(query)):
         return True
@@ -485,7 +490,7 @@ _MEANINGS: tuple[tuple[str, Optional[re.Pattern], tuple[str, ...], str], ...] = 
         ("Brightness change", r"\b(?:dark\w*|dim\w*|under-?expos\w*|bright\w*\s+enough|enough\s+(?:light|brightness)|"
                               r"under-?lit|(?:poorly|dimly)[- ]lit|low[- ]light)\b", ("dark",), "under-exposure"),
         ("Brightness change", r"\b(?:bright(?!ness)(?!\w*\s+enough)\w*|over-?expos\w*|over-?lit|blown)", ("bright",), "over-exposure"),
-        ("Color distortions", r"\bover-?saturat|\btoo (?:vivid|saturated)", ("oversaturated",), "over-saturation"),
+        ("Color distortions", r"\bover-?saturat|\btoo (?:vivid|saturated|colou?rful)|\bgarish", ("oversaturated",), "over-saturation"),
         ("Color distortions", r"\b(?:de-?saturat\w*|under-?saturat\w*|washed[- ]out|faded|dull|muted)", ("desaturated",),
          "colour loss"),
         ("Color distortions", r"\b(?:banding|posteri[sz]\w*|quanti[sz]\w*)", ("quantized",), "colour banding"),
