@@ -306,12 +306,9 @@ def _as_path(src: Any) -> Any:
 
 def _check_input_type(src: Any, what: str) -> None:
     """A clear TypeError for what no loader takes (before: os.fspath's "expected str, bytes or os.PathLike")."""
-    import numpy as np
-    from PIL import Image
+    from iqa_tools.images import is_image_input
 
-    if isinstance(src, (str, os.PathLike, bytes, bytearray, memoryview, Image.Image, np.ndarray)):
-        return
-    if type(src).__module__.startswith("torch") and hasattr(src, "detach"):
+    if is_image_input(src):
         return
     raise TypeError(f"{what}: cannot assess a {type(src).__module__}.{type(src).__qualname__}; pass {ACCEPTED_INPUTS}")
 

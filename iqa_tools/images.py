@@ -120,6 +120,17 @@ def _sha(*parts: bytes) -> str:
     return h.hexdigest()
 
 
+def _is_tensor(src: Any) -> bool:
+    return type(src).__module__.startswith("torch") and hasattr(src, "detach")
+
+
+def is_image_input(src: Any) -> bool:
+    """Whether `read_source` takes `src`: a path (str or os.PathLike), encoded bytes, a PIL image, a numpy
+    array or a torch tensor (an `ImageSource` too)."""
+    return isinstance(src, (ImageSource, str, os.PathLike, bytes, bytearray, memoryview, Image.Image, np.ndarray)) \
+        or _is_tensor(src)
+
+
 def read_source(src: Any, label: Optional[str] = None) -> ImageSource:
     """Read the input (not decoded, not yet hashed). Raises ImageError for missing/empty/unreadable inputs."""
     if isinstance(src, ImageSource):
@@ -148,7 +159,7 @@ def read_source(src: Any, label: Optional[str] = None) -> ImageSource:
         return ImageSource(label=label or f"<PIL {src.mode} {src.size[0]}×{src.size[1]}>", obj=src)
     if isinstance(src, np.ndarray):
         return ImageSource(label=label or f"<array {src.dtype} {src.shape}>", obj=src)
-    if type(src).__module__.startswith("torch") and hasattr(src, "detach"):
+    if _is_tensor(src):
         return ImageSource(label=label or f"<tensor {tuple(src.shape)}>", obj=src)
     raise ImageError(
         f"{label or repr(src)[:60]}: unsupported image input of type {type(src).__name__}; "

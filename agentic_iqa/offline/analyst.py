@@ -349,8 +349,9 @@ def answer_question(query: str, plan: PlannerOutput, analyses: dict, fused_level
             return min(by_level, key=lambda k: abs(by_level[k] - target))
         return next(iter(texts))  # no option the measurements can speak to; the reasoning says what was measured
     if not asks_about_quality(query, plan):
+        main = _main_distortion(analyses)
         return (f"The offline analyst answers quality questions only: quality {LEVEL_NAMES[fused_level].lower()}"
-                f" ({fused_level}); {_main_distortion(analyses)[0].lower()}{_main_distortion(analyses)[1:]}")
+                f" ({fused_level}); {main[0].lower()}{main[1:]}")
     yes_no = bool(_YES_NO_QUESTION.match(_question_text(query)))
     if asked:
         found = [f"{_name(c, query)}: {_severity(analyses, c, query)}" for c in asked if c in analyses]
