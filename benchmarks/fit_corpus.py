@@ -224,39 +224,81 @@ def _apply(x: np.ndarray, t: synth.DistortionType, param, rng) -> np.ndarray:
     return (np.round(np.clip(out, 0, 1) * 255) / 255).astype(np.float32)
 
 
-MEASURE_VERSION = "3"  # bump when measure_photo's recipe (ladders, seeds, working copies) changes
+MEASURE_VERSION = "3"  # bump when measure_photo's recipe (ladders, seeds, working copies, _apply) changes
 
 
 def _code_key() -> str:
-    """Cached statistics are reused while the measuring and distorting code is unchanged."""
+    """Cached statistics are reused while the measuring code (stats.py) is unchanged; each damage type's rows
+    also carry their own recipe key (``_recipe_key``), so adding or changing one type measures only that type."""
     h = hashlib.sha1(MEASURE_VERSION.encode())
-    for f in (st.__file__, synth.__file__):
-        h.update(Path(f).read_bytes())
+    h.update(Path(st.__file__).read_bytes())
     return h.hexdigest()[:12]
 
 
-def measure_photo(args) -> dict:
-    path, gray, code, cache_dir = args
-    out_path = Path(cache_dir) / f"{Path(path).stem}.{code}.json"
-    if out_path.is_file():
-        return json.loads(out_path.read_text())
-    x = np.asarray(Image.open(path).convert("RGB"), dtype=np.float32) / 255
-    ref = st.measure(x)
-    rec = {"clean": {"nr": ref, "fr": st.measure_fr(x, x, ref, ref)}, "rows": []}
+def _synth_sources(fn, seen: set) -> list[str]:
+    """The source of ``fn`` and of every synth function it calls, by name, however deep."""
+    import inspect
+    import types
+
+    if fn.__name__ in seen:
+        return []
+    seen.add(fn.__name__)
+    out = [inspect.getsource(fn)]
+    codes = [fn.__code__]
+    while codes:
+        code = codes.pop()
+        codes += [c for c in code.co_consts if isinstance(c, types.CodeType)]  # nested functions, lambdas
+        for name in code.co_names:
+            dep = getattr(synth, name, None)
+            if isinstance(dep, types.FunctionType) and dep.__module__ == synth.__name__:
+                out += _synth_sources(dep, seen)
+            elif isinstance(dep, (int, float, str, tuple)) and name not in seen:  # a module constant it reads
+                seen.add(name)
+                out.append(f"{name} = {dep!r}")
+    return out
+
+
+def _recipe_key(t: synth.DistortionType) -> str:
+    """What one damage type's rows depend on besides stats.py: its ladder and its code (and the helpers it calls)."""
+    h = hashlib.sha1(f"{MEASURE_VERSION}|{t.name}|{t.params!r}".encode())
+    for src in _synth_sources(t.apply, set()):
+        h.update(src.encode())
+    return h.hexdigest()[:12]
+
+
+def _measure_type(x: np.ndarray, stem: str, t: synth.DistortionType, ref: dict) -> list[dict]:
+    rows = []
     for ladder in LADDERS:
-        for tname, t in synth.TYPES.items():
-            if t.needs_color and gray:
-                continue
-            for level in range(1, 6):
-                rng = synth._rng(0 if ladder == "fit" else 1, Path(path).stem, tname, level)
-                y = _apply(x, t, ladder_param(t, level, ladder), rng)
-                nr = st.measure(y)
-                rec["rows"].append({"ladder": ladder, "type": tname, "level": level, "nr": nr,
-                                    "fr": st.measure_fr(y, x, nr, ref)})
-    tmp = out_path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(rec))
-    tmp.replace(out_path)
-    return rec
+        for level in range(1, 6):
+            rng = synth._rng(0 if ladder == "fit" else 1, stem, t.name, level)
+            y = _apply(x, t, ladder_param(t, level, ladder), rng)
+            nr = st.measure(y)
+            rows.append({"ladder": ladder, "type": t.name, "level": level, "nr": nr, "fr": st.measure_fr(y, x, nr, ref)})
+    return rows
+
+
+def measure_photo(args) -> dict:
+    """One photo's statistics: its clean copy, and every type's damage under both ladders (rows ladder by
+    ladder, types in ``synth.TYPES`` order). Cached per photo; a type whose recipe changed is measured again
+    alone, and the file is rewritten whole (atomically) only then."""
+    path, gray, code, cache_dir = args
+    stem = Path(path).stem
+    out_path = Path(cache_dir) / f"{stem}.{code}.json"
+    cached = json.loads(out_path.read_text()) if out_path.is_file() else {}
+    wanted = {name: _recipe_key(t) for name, t in synth.TYPES.items() if not (t.needs_color and gray)}
+    kept = {name: v for name, v in cached.get("types", {}).items() if wanted.get(name) == v["recipe"]}
+    if "clean" not in cached or kept.keys() != wanted.keys():
+        x = np.asarray(Image.open(path).convert("RGB"), dtype=np.float32) / 255
+        ref = cached["clean"]["nr"] if "clean" in cached else st.measure(x)
+        clean = cached.get("clean") or {"nr": ref, "fr": st.measure_fr(x, x, ref, ref)}
+        for name in wanted.keys() - kept.keys():
+            kept[name] = {"recipe": wanted[name], "rows": _measure_type(x, stem, synth.TYPES[name], ref)}
+        cached = {"clean": clean, "types": {name: kept[name] for name in wanted}}
+        tmp = out_path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(cached))
+        tmp.replace(out_path)
+    rows = [r for ladder in LADDERS for name in wanted for r in cached["types"][name]["rows"] if r["ladder"] == ladder]
+    return {"clean": cached["clean"], "rows": rows}
 
 
 def measure_corpus(photos: list[dict], cache: Path, workers: int, tag: str) -> list[dict]:

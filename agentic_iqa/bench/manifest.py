@@ -62,8 +62,9 @@ KADID_TYPES: dict[str, Optional[str]] = {
     "color block": None,
     "high sharpen": "Sharpness", "contrast change": "Contrast",
 }
-# Types of ours that KADID lacks: a monotone version of "contrast change" (KADID's goes both ways).
-EXTRA_TYPES: dict[str, Optional[str]] = {"contrast decrease": "Contrast"}
+# Types of ours that KADID lacks: a monotone version of "contrast change" (KADID's goes both ways), and a camera's
+# over-exposure (KADID's "brighten" is a tone curve that clips almost nothing).
+EXTRA_TYPES: dict[str, Optional[str]] = {"contrast decrease": "Contrast", "overexposure": "Brightness change"}
 KNOWN_TYPES: dict[str, Optional[str]] = {**KADID_TYPES, **EXTRA_TYPES}
 
 # KADID puts the unchanged image at level 3 of these two, so quality is not monotone in level

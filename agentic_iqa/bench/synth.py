@@ -12,7 +12,9 @@ blockiness 2.4 where clean photos measure < 1.1), ``hubble_deep_field`` (almost 
 Split (fixed, by reference, so no content is shared): test = coffee, rocket, coins, gravel (two colour,
 two gray); every other reference is train.
 
-Types (``TYPES``): 16 KADID-style types covering the seven spec categories, 5 levels each. The KADID
+Types (``TYPES``): 16 KADID-style types and two of ours (``contrast decrease``, and ``overexposure``: a camera's
+exposure raised in linear light, which clips highlights as KADID's tone-curve ``brighten`` does not), covering
+the seven spec categories, 5 levels each. The KADID
 ladders are used where the issue gives them (gaussian blur sigma, JPEG quality, white-noise variance);
 the others are our own KADID-like ladders, listed in each type's ``params``. Colour-saturation types need
 colour, so they are applied to the RGB references only. The saturation decrease stops short of fully gray
@@ -170,6 +172,21 @@ def darken(x, gamma, rng):
     return np.power(x, gamma)
 
 
+def _srgb_to_linear(x):
+    return np.where(x <= 0.04045, x / 12.92, ((x + 0.055) / 1.055) ** 2.4)
+
+
+def _linear_to_srgb(x):
+    return np.where(x <= 0.0031308, x * 12.92, 1.055 * np.power(x, 1 / 2.4) - 0.055)
+
+
+def over_exposure(x, stops, rng):
+    # A camera exposed `stops` EV too long: a gain in linear light, each channel clipping at the sensor's white,
+    # so highlights blow out to flat white (a gamma, ``brighten``, lifts the shadows and clips almost nothing).
+    lin = _srgb_to_linear(np.clip(x, 0, 1)) * np.float32(2.0 ** stops)
+    return _linear_to_srgb(np.minimum(lin, 1)).astype(np.float32)
+
+
 def high_sharpen(x, amount, rng):
     # Unsharp masking with a strong gain: halos and overshoot at edges, amplified texture.
     return x + amount * (x - cv2.GaussianBlur(x, (0, 0), 1.5, borderType=cv2.BORDER_REFLECT))
@@ -213,6 +230,8 @@ TYPES: dict[str, DistortionType] = {t.name: t for t in [
     DistortionType("multiplicative noise", multiplicative_noise, (0.005, 0.01, 0.02, 0.04, 0.08),
                    "speckle variance"),
     DistortionType("brighten", brighten, (0.8, 0.65, 0.5, 0.4, 0.3), "gamma < 1"),
+    DistortionType("overexposure", over_exposure, (0.33, 0.67, 1.0, 1.5, 2.0),
+                   "exposure raised, EV stops (a linear-light gain; highlights clip)"),
     DistortionType("darken", darken, (1.25, 1.6, 2.0, 2.6, 3.4), "gamma > 1"),
     DistortionType("high sharpen", high_sharpen, (1, 2, 3, 5, 8), "unsharp-mask gain (sigma 1.5)"),
     DistortionType("contrast decrease", contrast_decrease, (0.75, 0.6, 0.45, 0.3, 0.18),
