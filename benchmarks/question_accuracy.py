@@ -47,6 +47,7 @@ from agentic_iqa.fusion import level_letter  # noqa: E402
 from agentic_iqa.offline import severity as sv  # noqa: E402
 from agentic_iqa.offline.analyst import answer_question  # noqa: E402
 
+# Over-exposure is keyed as brightening is: both are "too bright", and both show the same lookalike symptoms.
 BLURS = {"gaussian blur", "lens blur", "motion blur"}
 NOISES = {"white noise", "white noise in color component", "impulse noise", "multiplicative noise"}
 # question -> (the damage it asks about, damage with the same symptom (not scored), negated: Yes means "absent")
@@ -57,17 +58,17 @@ DISTORTION_QUESTIONS: dict[str, tuple[set, set, bool]] = {
     "Is the image pixelated? A. Yes B. No": ({"pixelate"}, {"jpeg"}, False),
     "Does the image show compression artifacts? A. Yes B. No": ({"jpeg", "jpeg2000"}, {"pixelate", "color quantization"}, False),
     "Is the image too dark? A. Yes B. No": ({"darken"}, set(), False),
-    "Is the image too bright? A. Yes B. No": ({"brighten"}, set(), False),
-    "Is the image over-exposed? A. Yes B. No": ({"brighten"}, set(), False),
-    "Is the contrast too low? A. Yes B. No": ({"contrast decrease"}, {"brighten"}, False),
-    "Are the colours washed out? A. Yes B. No": ({"color saturation 1"}, {"contrast decrease", "brighten"}, False),
+    "Is the image too bright? A. Yes B. No": ({"brighten", "overexposure"}, set(), False),
+    "Is the image over-exposed? A. Yes B. No": ({"brighten", "overexposure"}, set(), False),
+    "Is the contrast too low? A. Yes B. No": ({"contrast decrease"}, {"brighten", "overexposure"}, False),
+    "Are the colours washed out? A. Yes B. No": ({"color saturation 1"}, {"contrast decrease", "brighten", "overexposure"}, False),
     "Are the colours over-saturated? A. Yes B. No": ({"color saturation 2"}, set(), False),
     "Is there colour banding? A. Yes B. No": ({"color quantization"}, {"jpeg", "pixelate"}, False),
     "Is the image over-sharpened? A. Yes B. No": ({"high sharpen"}, set(), False),
     # Asked the positive way: Yes means the damage is absent.
     "Is the image free of noise? A. Yes B. No": (NOISES, set(), True),
-    "Is the exposure correct? A. Yes B. No": ({"darken", "brighten"}, set(), True),
-    "Is the contrast good? A. Yes B. No": ({"contrast decrease"}, {"brighten"}, True),
+    "Is the exposure correct? A. Yes B. No": ({"darken", "brighten", "overexposure"}, set(), True),
+    "Is the contrast good? A. Yes B. No": ({"contrast decrease"}, {"brighten", "overexposure"}, True),
 }
 # question -> Yes means good quality
 QUALITY_QUESTIONS: dict[str, bool] = {
