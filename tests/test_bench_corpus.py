@@ -319,3 +319,37 @@ def test_question_benchmark_keys_come_from_the_applied_damage_only():
     # Every question's damage is a benchmark type, so no key silently never says Yes.
     assert all(asks <= set(synth.TYPES) and lookalike <= set(synth.TYPES)
                for asks, lookalike, _ in qa.DISTORTION_QUESTIONS.values())
+
+
+def test_statistics_cache_measures_only_the_damage_types_that_changed(tmp_path, monkeypatch):
+    photo = tmp_path / "src__p.png"
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (48, 64, 3), dtype=np.uint8)).save(photo)
+    calls = []
+    real_measure = fc.st.measure
+    monkeypatch.setattr(fc.st, "measure", lambda x: calls.append(1) or real_measure(x))
+    monkeypatch.setattr(synth, "TYPES", {n: synth.TYPES[n] for n in ("darken", "white noise")})
+    job = (str(photo), False, fc._code_key(), str(tmp_path))
+
+    first = fc.measure_photo(job)
+    assert len(calls) == 1 + 2 * 10  # the clean photo, 2 types x 5 levels x 2 ladders
+    assert [(r["ladder"], r["type"]) for r in first["rows"][::5]] == [
+        ("fit", "darken"), ("fit", "white noise"), ("alt", "darken"), ("alt", "white noise")]
+    calls.clear()
+    assert fc.measure_photo(job) == first and not calls  # all cached
+
+    # One type's ladder changes and one is added: only those two are measured, the other's rows are kept.
+    darker = synth.DistortionType("darken", synth.darken, (1.3, 1.6, 2.0, 2.6, 3.4), "gamma > 1")
+    monkeypatch.setattr(synth, "TYPES", {"darken": darker, "white noise": synth.TYPES["white noise"],
+                                         "overexposure": synth.TYPES["overexposure"]})
+    again = fc.measure_photo(job)
+    assert len(calls) == 2 * 10
+    noise = [r for r in again["rows"] if r["type"] == "white noise"]
+    assert noise == [r for r in first["rows"] if r["type"] == "white noise"]
+    assert [r for r in again["rows"] if r["type"] == "darken"] != [r for r in first["rows"] if r["type"] == "darken"]
+
+
+def test_recipe_key_follows_the_synth_helpers_a_type_calls(monkeypatch):
+    contrast = synth.TYPES["contrast decrease"]  # calls synth._luma
+    before = fc._recipe_key(contrast), fc._recipe_key(synth.TYPES["darken"])
+    monkeypatch.setattr(synth, "_luma", lambda x: x.mean(axis=2))
+    assert fc._recipe_key(contrast) != before[0] and fc._recipe_key(synth.TYPES["darken"]) == before[1]

@@ -9,6 +9,7 @@ import pytest
 
 from agentic_iqa.bench.manifest import read_manifest
 from iqa_tools.categories import DISTORTION_CATEGORIES
+from agentic_iqa.bench import synth
 from agentic_iqa.bench.synth import REFERENCES, TEST_REFS, TYPES, distort, load_reference, make_benchmark
 
 
@@ -73,7 +74,7 @@ def test_references_are_benchmark_sized_and_types_span_all_categories():
 
 
 @pytest.mark.parametrize("type_name", ["gaussian blur", "lens blur", "white noise", "darken", "contrast decrease",
-                                       "color quantization", "jpeg2000"])
+                                       "color quantization", "jpeg2000", "overexposure"])
 def test_damage_grows_with_level(type_name):
     ref = load_reference("camera", size=(256, 192))  # smaller, and JPEG2000 bottoms out
     err = [float(np.abs(distort(ref, type_name, lv, key="t") - ref).mean()) for lv in range(1, 6)]
@@ -85,3 +86,15 @@ def test_unknown_names_are_refused(tmp_path):
         make_benchmark(tmp_path, types=["no such type"])
     with pytest.raises(ValueError, match="unknown"):
         make_benchmark(tmp_path, refs=["moon"])
+
+
+def test_overexposure_clips_highlights_as_a_gamma_does_not():
+    # A camera's +2 EV blows a bright photo's highlights out to white; the tone-curve brighten at its level 5 lifts
+    # the shadows instead (the difference the NR over-exposure detectors rely on).
+    ref = load_reference("astronaut", size=(256, 192))
+    gain, gamma = distort(ref, "overexposure", 5, key="t"), distort(ref, "brighten", 5, key="t")
+    assert np.allclose(synth.over_exposure(ref, 0.0, None), ref, atol=1e-5)  # 0 EV changes nothing
+    white = [float((distort(ref, "overexposure", lv, key="t") >= 254.5 / 255).all(axis=2).mean()) for lv in range(1, 6)]
+    assert all(a <= b for a, b in zip(white, white[1:])) and white[4] > 0.15, white
+    assert float((gamma >= 254.5 / 255).all(axis=2).mean()) < white[4] / 5
+    assert np.percentile(gamma, 5) > 2 * np.percentile(gain, 5)

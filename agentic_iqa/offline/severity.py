@@ -319,6 +319,20 @@ DETECTORS: tuple[Detector, ...] = (
              primary="median_luma", primary_fr="fr_median_shift", judges_detail=False,
              fr_discount=Discount(("color saturation 1",), ("fr_median_shift", "fr_mean_shift", "fr_chroma_ratio"),
                                   "a colour loss")),
+    # A camera's over-exposure (a linear gain) blows highlights out to flat white, which a tone curve (``bright``'s
+    # damage) hardly does: judged by the clipped share without a reference, not by how bright the photo is (a
+    # high-key photo is bright and clean).
+    Detector("clipped", "Brightness change", "over-exposure (blown highlights)", ("overexposure",),
+             nr=("clip_high", "bright_frac"),
+             fr=("fr_median_shift", "fr_mean_shift", "clip_high", "bright_frac"),
+             primary="clip_high", primary_fr="fr_median_shift", judges_detail=False,
+             # Over-sharpening clips highlights too (its overshoot), and with a reference a colour loss raises the
+             # luminance as over-exposure does (held out: "too bright?" Yes on 67 over-sharpened images without a
+             # reference, 199 desaturated ones with it): each discounted with the confuser's own measure beside these.
+             nr_discount=Discount(("high sharpen",), ("clip_high", "bright_frac", "overshoot"), "an over-sharpening"),
+             fr_discount=Discount(("color saturation 1", "high sharpen"),
+                                  ("fr_median_shift", "fr_mean_shift", "clip_high", "bright_frac", "fr_chroma_ratio",
+                                   "fr_overshoot_gain"), "a colour loss or an over-sharpening")),
     Detector("low_contrast", "Contrast", "contrast loss", ("contrast decrease",),
              nr=("-log_rms_contrast", "-spread", "p01", "-p99", "-log_local_contrast"),
              fr=("-fr_spread_ratio", "-fr_contrast_ratio"),
@@ -365,6 +379,7 @@ STAT_NAMES = {
     "overshoot": "edge overshoot ratio", "chroma_noise": "colour noise sigma in flat areas (0-255)",
     "impulse": "share of isolated extreme pixels", "fr_chroma_noise_gain": "colour noise gain vs the reference",
     "fr_impulse_gain": "gain in isolated extreme pixels vs the reference", "median_luma": "median luminance (0-255)",
+    "clip_high": "share of pixels clipped to white",
     "rms_contrast": "RMS contrast (0-255)", "colorfulness": "colourfulness", 
     "occupancy": "share of tone levels in use", "colors": "distinct colours", "flat_frac": "share of flat pixel runs",
     "grid_sparsity": "share of pixel columns/rows without change", "fr_grid_gain": "gain in unchanging columns/rows vs the reference",
