@@ -708,3 +708,20 @@ def test_too_colourful_asks_about_over_saturation_and_a_colour_of_a_thing_is_con
     query = "What colour is the car?"
     assert not asks_about_quality(query, rule_plan(query, has_reference=False))
     assert asks_about_quality("Are the colours washed out?", rule_plan("Are the colours washed out?", has_reference=False))
+
+
+def test_camera_over_exposure_is_too_bright_without_a_reference():
+    # The review's bright.png: brightness x1.8 (a gain, highlights clipped) read "B 4.44, no over-exposure", because
+    # the only over-exposure damage the fit saw was a tone curve, which lifts the shadows and clips almost nothing.
+    for name in ("astronaut", "chelsea"):
+        clean = load_reference(name)
+        blown = np.clip(clean * 1.8, 0, 1).round(3)
+        a_clean, a_blown = sv.analyze(clean), sv.analyze(blown)
+        assert a_clean["Brightness change"].severity == "none", name
+        assert a_blown["Brightness change"].severity_of("clipped") in ("moderate", "severe"), name
+        assert sv.expected_level(sv.level_distribution(a_blown)) < 3.0, name
+        for query in ("Is the image too bright? A. Yes B. No", "Is the photo over-exposed? A. Yes B. No"):
+            assert (_answer(query, a_clean), _answer(query, a_blown)) == ("B", "A"), (name, query)
+        for query in ("Are the highlights blown?", "Are the highlights clipped?", "Is it burnt out?"):
+            answer = _answer(query, a_blown)
+            assert answer.startswith("Yes — over-exposure: ") and "region" not in answer, (name, query, answer)

@@ -25,7 +25,7 @@ _DISTORTION_WORDS: list[tuple[str, str]] = [
     (r"nois\w*|grain\w*|speckle\w*|salt[- ]and[- ]pepper", "Noise"),
     (r"jpe?g\w*|compress\w*|block\w*|artifact\w*|artefact\w*|mosquito", "Compression"),
     (r"bright\w*|dark\w*|(?:over-?|under-?)?expos(?:ed|ure)|dim|illuminat\w*|lighting|(?:well|under|over|poorly|dimly)[- ]?lit|"
-     r"enough light|low[- ]light", "Brightness change"),
+     r"enough light|low[- ]light|blown(?:[- ]out)?|clipped|burn(?:ed|t)[- ]out", "Brightness change"),
     (r"contrast\w*|washed[- ]out|flat", "Contrast"),
     (r"colou?r\w*|saturat\w*|desaturat\w*|hue|tint\w*|cast", "Color distortions"),
     (r"over-?sharp\w*|sharpen\w*|halo\w*", "Sharpness"),
@@ -48,6 +48,7 @@ _NOT_REGIONS = {
     "entire", "scene", "result", "output", "distortion", "distortions", "main", "most", "level",
     "following", "options", "reference", "original", "tool", "metric", "score", "answer", "question",
     "best", "worst", "one", "image's", "photo's", "it",
+    "highlights", "shadows", "tones", "midtones",  # tonal ranges: the exposure measures cover them whole
 } | {w for pat, _ in _DISTORTION_WORDS for w in re.findall(r"[a-z]+", pat)}
 
 _REGION = re.compile(r"\b(?:the|this|that|his|her|their|its|my|our)\s+([a-z][a-z\-]*)(?:'s\s+([a-z][a-z\-]*))?", re.I)
