@@ -327,7 +327,8 @@ def test_statistics_cache_measures_only_the_damage_types_that_changed(tmp_path, 
     calls = []
     real_measure = fc.st.measure
     monkeypatch.setattr(fc.st, "measure", lambda x: calls.append(1) or real_measure(x))
-    monkeypatch.setattr(synth, "TYPES", {n: synth.TYPES[n] for n in ("darken", "white noise")})
+    types = dict(synth.TYPES)
+    monkeypatch.setattr(synth, "TYPES", {n: types[n] for n in ("darken", "white noise")})
     job = (str(photo), False, fc._code_key(), str(tmp_path))
 
     first = fc.measure_photo(job)
@@ -339,8 +340,8 @@ def test_statistics_cache_measures_only_the_damage_types_that_changed(tmp_path, 
 
     # One type's ladder changes and one is added: only those two are measured, the other's rows are kept.
     darker = synth.DistortionType("darken", synth.darken, (1.3, 1.6, 2.0, 2.6, 3.4), "gamma > 1")
-    monkeypatch.setattr(synth, "TYPES", {"darken": darker, "white noise": synth.TYPES["white noise"],
-                                         "overexposure": synth.TYPES["overexposure"]})
+    monkeypatch.setattr(synth, "TYPES", {"darken": darker, "white noise": types["white noise"],
+                                         "overexposure": types["overexposure"]})
     again = fc.measure_photo(job)
     assert len(calls) == 2 * 10
     noise = [r for r in again["rows"] if r["type"] == "white noise"]

@@ -97,4 +97,6 @@ def test_overexposure_clips_highlights_as_a_gamma_does_not():
     white = [float((distort(ref, "overexposure", lv, key="t") >= 254.5 / 255).all(axis=2).mean()) for lv in range(1, 6)]
     assert all(a <= b for a, b in zip(white, white[1:])) and white[4] > 0.15, white
     assert float((gamma >= 254.5 / 255).all(axis=2).mean()) < white[4] / 5
-    assert np.percentile(gamma, 5) > 2 * np.percentile(gain, 5)
+    cat = load_reference("chelsea", size=(256, 192))  # no black backdrop: its shadows show the lift
+    lifted = [np.percentile(distort(cat, t, 5, key="t"), 5) - np.percentile(cat, 5) for t in ("brighten", "overexposure")]
+    assert lifted[0] > 2 * lifted[1], lifted
