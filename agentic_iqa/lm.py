@@ -126,6 +126,36 @@ def _too_large(outputs: Any, limit: int) -> Optional[int]:
     return None
 
 
+class _Overran(Exception):
+    """A request still running when the call's budget ran out (see `_within`)."""
+
+
+def _within(seconds: float, fn, *args: Any, **kwargs: Any) -> Any:
+    """fn(*args, **kwargs) in a helper thread (the caller's context variables carried over), waited on
+    for at most `seconds`; _Overran after that. The request's `timeout` bounds each wait for a byte, not
+    the whole reply, so a server trickling its body a byte at a time would otherwise hold a synchronous
+    call past its budget (the async path has asyncio.wait_for). The abandoned request ends with its
+    connection; its reply, if any, is dropped."""
+    box: dict = {}
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            box["value"] = fn(*args, **kwargs)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            box["error"] = exc
+        finally:
+            done.set()
+
+    context = contextvars.copy_context()
+    threading.Thread(target=context.run, args=(run,), name="lm-request", daemon=True).start()
+    if not done.wait(seconds):
+        raise _Overran(f"no complete reply within {seconds:.3g} s")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
 def __getattr__(name: str):
     # BudgetedLM subclasses dspy.LM, which is slow to import: made on first use (also by pickle).
     if name in ("BudgetedLM", "LMBudgetExceeded", "LMReplyTooLarge"):
@@ -216,14 +246,18 @@ def _budgeted_lm_class() -> type:
             if kwargs.get("request") is not None or isinstance(prompt, Request):
                 return super().__call__(prompt, messages=messages, **kwargs)  # the typed API: as DSPy does it
             deadline = time.monotonic() + self.call_budget
+            send = super().__call__
             for attempt in range(self._retries + 1):
-                if deadline - time.monotonic() <= 0:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
                     raise self._exhausted(attempt, "the budget ran out between requests")
                 token = _inside.set(True)
                 try:
                     _count_request()
-                    outputs = super().__call__(prompt, messages=messages,
-                                               **{**kwargs, "timeout": self._timeout_for(kwargs, deadline)})
+                    outputs = _within(remaining, send, prompt, messages=messages,
+                                      **{**kwargs, "timeout": self._timeout_for(kwargs, deadline)})
+                except _Overran as exc:
+                    raise self._exhausted(attempt + 1, "the budget ran out during a request") from exc
                 except Exception as exc:  # noqa: BLE001 - classified by _plan_wait
                     wait = self._plan_wait(exc, attempt, deadline)
                 else:
