@@ -203,6 +203,13 @@ def test_fingerprint_counts_what_changes_answers_only(tmp_path):
     slow = load_settings(tmp_path)
     slow.backends.planner.timeout, slow.backends.planner.num_retries = 600, 9
     assert config_fingerprint(slow) == fp  # resuming with a longer timeout must not redo finished items
+    # The other transport settings alike: "raise call_budget or timeout" is what a budget error says to do,
+    # and resuming after that re-ran (and duplicated) every finished item; lm_history is for debugging.
+    for role in ("planner", "executor", "summarizer"):
+        r = slow.backends.role(role)
+        r.call_budget, r.max_retry_after, r.max_reply_bytes, r.api_key_env = 900, 120, 16 << 20, "MY_KEY"
+    slow.pipeline.lm_history = True
+    assert config_fingerprint(slow) == fp
     prog = tmp_path / "planner.json"
     prog.write_text('{"a": 1}')
     with_prog = load_settings(tmp_path, programs={"planner": str(prog)})
