@@ -462,6 +462,27 @@ def test_resume_runs_only_what_is_missing_and_replaces_changed_files(tmp_path, s
     assert third.status == "ok"
 
 
+def test_resume_with_another_configuration_says_why_nothing_was_skipped(tmp_path, settings, registry):
+    # Results are keyed by configuration: resuming with another model, server or fusion setting runs
+    # every item again beside the old lines. Before, nothing said so: the user saw a full re-run and a
+    # results file with two lines per image.
+    imgs = images(tmp_path / "in", 2)
+    out = tmp_path / "r.jsonl"
+    items = [BatchItem(image=str(p)) for p in imgs]
+    assessor, _ = canned_assessor(settings, registry)
+    run_batch(items, out, assessor)
+    same = run_batch(items, out, assessor, resume=True)
+    assert same.already_done == 2 and not any("another configuration" in n for n in same.notes)
+
+    other_settings = load_settings(tmp_path, cache={"enabled": False}, fusion={"prob_mode": "uniform"})
+    other, _ = canned_assessor(other_settings, registry)
+    again = run_batch(items, out, other, resume=True)
+    assert again.already_done == 0 and again.ran == 2
+    note = next(n for n in again.notes if "another configuration" in n)
+    assert "2 earlier result line(s)" in note and "--out" in note, note
+    assert len(lines(out)) == 4
+
+
 def test_duplicates_in_the_input_are_assessed_once(tmp_path, settings, registry):
     (img,) = images(tmp_path, 1)
     assessor, vlm = canned_assessor(settings, registry)
