@@ -268,6 +268,27 @@ def test_cli_compile_errors_are_one_clear_line(tmp_path, monkeypatch):
     assert res.exit_code == 2 and "OPENAI_API_KEY" in res.output and "--lm demo" in res.output, res.output
 
 
+def test_cli_compile_checks_the_output_path_before_spending_lm_calls(tmp_path, monkeypatch):
+    # Before, an --out that cannot be written failed only after the whole compile (every LM call spent)
+    # with "compile failed: FileNotFoundError …" (exit 1); /dev/full gave "FileExistsError: File exists".
+    import optimizers.runner
+
+    def no_compile(*args, **kwargs):
+        raise AssertionError("compiled before the output path was checked")
+
+    monkeypatch.setattr(optimizers.runner, "compile_module", no_compile)
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("x")
+    for out, expected in ((a_file / "planner.json", "notes.txt is not a folder"),
+                          (a_file / "sub" / "planner.json", "notes.txt is not a folder")):
+        res = runner.invoke(app, ["compile", "-m", "planner", "--lm", "demo", "--out", str(out),
+                                  "--config", str(tmp_path)])
+        assert res.exit_code == 2, res.output
+        assert "cannot write the program to" in res.output and expected in res.output, res.output
+        assert "Traceback" not in res.output and "compile failed" not in res.output
+    assert a_file.read_text() == "x"
+
+
 def test_assess_with_a_compiled_program_sends_its_demos_to_the_model(tmp_path, planner_data, catalog):
     program = compile_module("planner", planner_data, lm=None, options=CompileOptions("labeled", max_demos=2),
                              catalog=catalog).save(tmp_path / "planner.json")

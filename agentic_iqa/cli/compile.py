@@ -156,6 +156,7 @@ def _compile(modules, optimizer, lm, teacher, reflection_lm, api_base, config, t
              max_demos, budget, max_metric_calls, threads, seed, as_json, verbose) -> list[dict]:
     from rich.console import Console
 
+    from agentic_iqa.programs import check_program_target
     from optimizers.fixtures import default_catalog, load_dataset
     from optimizers.runner import METRIC_NAMES, CompileError, CompileOptions, compile_module, require_optuna
 
@@ -177,7 +178,7 @@ def _compile(modules, optimizer, lm, teacher, reflection_lm, api_base, config, t
                 + ("; MIPROv2 and GEPA also need it (or --teacher / --reflection-lm) to propose instructions"
                    if optimizer in ("mipro", "gepa") else "")
             )
-        target = _target(module, out, len(modules) > 1)
+        target = check_program_target(_target(module, out, len(modules) > 1))
         plan.append((module, dataset, lms, target))
     if any(lms["demo"] for _, _, lms, _ in plan) and not as_json:
         console.print(f"[yellow]note:[/] {DEMO_NOTE}")
