@@ -289,6 +289,23 @@ def test_cli_compile_checks_the_output_path_before_spending_lm_calls(tmp_path, m
     assert a_file.read_text() == "x"
 
 
+def test_cli_compile_says_when_the_model_gave_no_usable_answer(tmp_path):
+    # A server answering prose (or a wrong model) made every validation answer fail; the table said
+    # "0.000 → 0.000" as if the model had been scored, and nothing else. The failures are now counted
+    # in --json and stated under the table. DSPy's own INFO lines ("Average Metric: …") are --verbose only.
+    with FakeOpenAIServer(scripted({r: "not JSON at all" for r in ("plan",)})) as srv:
+        args = ["compile", "-m", "planner", "--lm", "openai/fake", "--api-base", srv.base_url,
+                "--config", str(tmp_path)]
+        res = runner.invoke(app, [*args, "--out", str(tmp_path / "p.json")])
+        as_json = runner.invoke(app, [*args, "--out", str(tmp_path / "q.json"), "--json"])
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())
+    assert "planner: 18 of 18 validation answers before compiling and 18 of 18 after were unusable" in text, text
+    assert "INFO dspy" not in res.output
+    (row,) = json.loads(as_json.stdout)
+    assert (row["failures_before"], row["failures_after"]) == (18, 18)
+
+
 def test_assess_with_a_compiled_program_sends_its_demos_to_the_model(tmp_path, planner_data, catalog):
     program = compile_module("planner", planner_data, lm=None, options=CompileOptions("labeled", max_demos=2),
                              catalog=catalog).save(tmp_path / "planner.json")

@@ -76,3 +76,20 @@ def setup_logging(verbose: bool = False) -> None:
             handler.addFilter(RedactingFilter())
     for noisy in ("LiteLLM", "litellm", "httpx", "httpcore", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING if verbose else logging.CRITICAL)
+
+
+def setup_dspy_logging(verbose: bool = False) -> None:
+    """DSPy's loggers have a stderr handler of their own (not the root's) at INFO, set when dspy is first
+    imported: quiet them without --verbose (`compile` printed "INFO dspy.evaluate.evaluate: Average
+    Metric: …" lines), and redact them like ours. Imports dspy: only for commands that use it anyway."""
+    import logging
+
+    import dspy  # noqa: F401 - configures the "dspy" logger and its handler
+
+    from agentic_iqa.redact import RedactingFilter
+
+    logger = logging.getLogger("dspy")
+    logger.setLevel(logging.INFO if verbose else logging.CRITICAL)
+    for handler in logger.handlers:
+        if not any(isinstance(f, RedactingFilter) for f in handler.filters):
+            handler.addFilter(RedactingFilter())

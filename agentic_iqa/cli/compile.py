@@ -47,12 +47,13 @@ def compile_command(
     """Tune an agent module's prompt (demos and/or instructions) on fixtures; report validation scores before and after."""
     # DSPy's optimizers draw tqdm bars of their own; ours replace them (tqdm reads this when first imported).
     os.environ.setdefault("TQDM_DISABLE", "1")
-    from agentic_iqa.cli.common import setup_logging
+    from agentic_iqa.cli.common import setup_dspy_logging, setup_logging
     from agentic_iqa.config import ConfigError
 
     from rich.markup import escape  # messages quote paths and pip extras ("dspy[optuna]"), not markup
 
     setup_logging(verbose)
+    setup_dspy_logging(verbose)
     from agentic_iqa.agents.modules import MODULE_NAMES  # the one table of agent modules
 
     modules = list(MODULE_NAMES) if module == "all" else [module]
@@ -197,6 +198,8 @@ def _compile(modules, optimizer, lm, teacher, reflection_lm, api_base, config, t
             "before": round(result.before.mean, 4) if result.before else None,
             "after": round(result.after.mean, 4) if result.after else None,
             "delta": round(result.delta, 4) if result.delta is not None else None,
+            "failures_before": result.before.failures if result.before else None,
+            "failures_after": result.after.failures if result.after else None,
             "lm_calls": result.lm_calls, "demos": result.header["demos"],
             "instructions_changed": result.header["instructions_changed"],
             "seconds": round(result.seconds, 2), "program": str(saved),
@@ -237,6 +240,13 @@ def _print_table(rows: list[dict]) -> None:
         instr = "rewritten" if r["instructions_changed"] else "as shipped"
         con.print(f"[dim]{r['module']} ({r['optimizer']}): demos {demos}; instructions {instr}; LM calls: "
                   f"{evals} scoring, compile {spent}; metric {r['metric']}[/]")
+    for r in rows:
+        if r.get("failures_before") or r.get("failures_after"):
+            n = r["val_examples"]
+            con.print(f"[yellow]note:[/] {r['module']}: {r['failures_before'] or 0} of {n} validation answers before "
+                      f"compiling and {r['failures_after'] or 0} of {n} after were unusable (every try rejected: no "
+                      "valid reply), and score 0; if that is most of them, the scores measure the connection or the "
+                      "reply format, not the model: check it with agentic-iqa assess IMAGE --lm MODEL --verbose")
     if any(r["before"] is None for r in rows):
         con.print("[yellow]note:[/] no LM was configured, so nothing was scored; the labelled demos were saved anyway")
 
