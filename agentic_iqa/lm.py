@@ -156,6 +156,28 @@ def _within(seconds: float, fn, *args: Any, **kwargs: Any) -> Any:
     return box["value"]
 
 
+#: The tail of DSPy's (vendored lm15's) read-timeout messages, which advise `Timeouts(read=...)`: an API
+#: our users never see. `_in_our_terms` names the settings they can raise instead.
+_LM15_TIMEOUT_ADVICE = "; this is lm15's read timeout"
+
+
+def _in_our_terms(exc: BaseException) -> BaseException:
+    """`exc`, or for a read timeout a copy of it (same type and metadata) whose advice names our settings."""
+    message = getattr(exc, "message", None)
+    if not isinstance(message, str) or _LM15_TIMEOUT_ADVICE not in message:
+        return exc
+    head = message.split(_LM15_TIMEOUT_ADVICE)[0]
+    try:
+        return type(exc)(
+            f"{head} (the per-request timeout); raise timeout, and call_budget if needed, in "
+            "configs/model_backends.yaml if the model is just slow",
+            **{k: getattr(exc, k, None) for k in ("code", "model", "provider", "provider_code", "status",
+                                                  "request_id", "retry_after")},
+        )
+    except TypeError:  # an error type with another constructor: keep it as it is
+        return exc
+
+
 def __getattr__(name: str):
     # BudgetedLM subclasses dspy.LM, which is slow to import: made on first use (also by pickle).
     if name in ("BudgetedLM", "LMBudgetExceeded", "LMReplyTooLarge"):
@@ -208,7 +230,10 @@ def _budgeted_lm_class() -> type:
             """Seconds to wait before the next attempt, or raise: not retryable, no attempts left, or
             the wait (Retry-After capped at max_retry_after, else backoff) would outlast the budget."""
             if attempt >= self._retries or not is_retryable_lm_error(exc):
-                raise exc
+                ours = _in_our_terms(exc)
+                if ours is exc:
+                    raise exc
+                raise ours from exc
             hint = getattr(exc, "retry_after", None)
             if isinstance(hint, (int, float)) and not isinstance(hint, bool) and math.isfinite(hint) and hint >= 0:
                 wait = min(float(hint), self.max_retry_after)

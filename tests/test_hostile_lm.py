@@ -119,6 +119,22 @@ def test_a_server_trickling_its_reply_cannot_outlast_the_budget():
     assert lm_unreachable(err)
 
 
+def test_a_read_timeout_names_the_setting_to_raise():
+    # DSPy's read-timeout message advised "raise it with Timeouts(read=...)", an API no user of ours
+    # sees; `compile` printed it as is. It now names our settings, and stays a transport failure.
+    import asyncio
+
+    with FakeOpenAIServer(lambda body: Reply(content="late", delay=3.0)) as srv:
+        lm = lm_for(srv, timeout=0.25, num_retries=0, call_budget=30)
+        _, err = call_bounded(lambda: lm("hello"))
+        _, aerr = call_bounded(lambda: asyncio.run(lm.acall("hello")))
+    for e in (err, aerr):
+        assert type(e).__name__ == "LMTransportError", e
+        assert "Timeouts(read" not in str(e) and "lm15" not in str(e), e
+        assert "raise timeout" in str(e) and "configs/model_backends.yaml" in str(e), e
+        assert "read timed out" in str(e) and lm_unreachable(e)
+
+
 def test_retry_after_of_an_hour_is_capped_and_the_call_then_succeeds():
     replies = iter([Reply(status=429, headers={"Retry-After": HOUR}), Reply(content="fine")])
     with FakeOpenAIServer(lambda body: next(replies)) as srv:
