@@ -197,3 +197,27 @@ def test_debug_switch_is_read_through_settings_and_never_fails(monkeypatch):
     monkeypatch.delenv("AGENTIC_IQA_MAX_PIXELS")
     monkeypatch.setenv("AGENTIC_IQA_DEBUG", "0")
     assert not debug_enabled()
+
+
+@pytest.mark.parametrize("where", ["env", "file"])
+def test_lm_flag_under_an_offline_backend_is_said_to_be_ignored(tmp_path, monkeypatch, where):
+    # AGENTIC_IQA_BACKEND=offline (or `backend: offline` in pipeline.yaml) wins over --lm, which is
+    # another key; before, `assess --lm MODEL` then answered offline without a word.
+    from typer.testing import CliRunner
+
+    from agentic_iqa.cli import app
+
+    if where == "env":
+        monkeypatch.setenv("AGENTIC_IQA_BACKEND", "offline")
+        needle = "AGENTIC_IQA_BACKEND"
+    else:
+        (tmp_path / "pipeline.yaml").write_text("backend: offline\n")
+        needle = "pipeline.yaml"
+    r = CliRunner().invoke(app, ["assess", "example:chelsea", "--lm", "openai/gpt-4o", "--config", str(tmp_path),
+                                 "--no-cache"])
+    assert r.exit_code == 0, r.output
+    err = " ".join(r.stderr.split())
+    assert "--lm is ignored: the backend is 'offline'" in err and needle in err, err
+    r = CliRunner().invoke(app, ["assess", "example:chelsea", "--lm", "openai/gpt-4o", "--offline",
+                                 "--config", str(tmp_path), "--no-cache"])
+    assert "--lm is ignored" not in r.stderr  # asked for in the same command: nothing to point out

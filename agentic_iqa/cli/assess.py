@@ -131,6 +131,7 @@ def _settings(lm, api_base, config, offline, programs, tool_options=(None, None,
     from agentic_iqa.cli.common import with_tool_options
     from agentic_iqa.config import load_settings
     from agentic_iqa.programs import read_program
+    from rich.markup import escape
 
     device, weights_dir, transport = (*tool_options, None)[:3]
     overrides = {"image_transport": transport} if transport is not None else {}
@@ -140,6 +141,16 @@ def _settings(lm, api_base, config, offline, programs, tool_options=(None, None,
         module, _, path = spec.rpartition("=")
         header = read_program(path)[0]  # checked now, model or not: a bad file is one line at once
         settings.pipeline.programs[module or header.get("module", "")] = Path(path)
+    if lm and not offline and settings.pipeline.backend == "offline":
+        from rich.console import Console
+
+        from agentic_iqa.config import env_settings
+
+        where = ("AGENTIC_IQA_BACKEND" if env_settings().BACKEND == "offline"
+                 else " / ".join(str(p) for p in settings.config_files if p.name == "pipeline.yaml") or "the configuration")
+        Console(stderr=True, highlight=False).print(
+            f"[yellow]note:[/] --lm is ignored: the backend is 'offline' ({escape(where)}), so the offline analyst "
+            "answers; set it to auto (or vlm) to use the model", soft_wrap=True)
     if programs and (settings.pipeline.backend == "offline" or not settings.backends.any_model):
         from rich.console import Console
 
