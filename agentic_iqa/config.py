@@ -293,6 +293,9 @@ class EnvSettings(DebugSettings):
     TOOL_FILES: Optional[str] = _env_field("pipeline.tools.extra_tables (os.pathsep-separated, added)")
     WEIGHTS_DIR: Optional[Path] = _env_field("pipeline.tools.weights_dir")
     OFFLINE: Optional[bool] = _env_field("pipeline.tools.offline (1/0; else HF_HUB_OFFLINE=1 means offline)")
+    # Read where they act (iqa_tools.backend, below this package), checked here so a bad value is an error.
+    TORCH_THREADS: Optional[PositiveInt] = _env_field("torch intra-op threads for tool runs (iqa_tools.backend)")
+    MALLOC_TUNING: Optional[bool] = _env_field("0: leave glibc's malloc thresholds alone (iqa_tools.backend)")
     # Hugging Face's own switch, honoured so that one variable makes every download refuse.
     HF_HUB_OFFLINE: Optional[bool] = Field(None, validation_alias="HF_HUB_OFFLINE", exclude=True)
 
@@ -323,6 +326,8 @@ def ray_env_settings(skip: Iterable[str] = ()) -> RayEnvSettings:
 _ENV_HINTS = {
     "MAX_PIXELS": "expected a positive whole number of pixels (e.g. 100000000); unset it for the default",
     "OFFLINE": "expected 1/0 (true/false, yes/no, on/off)",
+    "TORCH_THREADS": "expected a positive whole number of threads; unset it for the default (1)",
+    "MALLOC_TUNING": "expected 1/0 (true/false, yes/no, on/off)",
     "DEBUG": "expected 1/0 (true/false, yes/no, on/off)",
     "HF_HUB_OFFLINE": "expected 1/0 (true/false, yes/no, on/off)",
 }

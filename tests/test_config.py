@@ -180,6 +180,10 @@ def test_environment_is_read_by_one_pydantic_settings_class_listed_in_the_readme
     ("AGENTIC_IQA_OFFLINE", "maybe", "AGENTIC_IQA_OFFLINE='maybe': expected 1/0"),
     ("AGENTIC_IQA_BACKEND", "cloud", "AGENTIC_IQA_BACKEND='cloud'"),
     ("AGENTIC_IQA_PROB_MODE", "softmax", "AGENTIC_IQA_PROB_MODE='softmax'"),
+    # Read by iqa_tools.backend, which silently ignored a bad value (e.g. TORCH_THREADS=abc ran on 1 thread).
+    ("AGENTIC_IQA_TORCH_THREADS", "abc", "AGENTIC_IQA_TORCH_THREADS='abc': expected a positive whole number"),
+    ("AGENTIC_IQA_TORCH_THREADS", "-3", "AGENTIC_IQA_TORCH_THREADS='-3': expected a positive whole number"),
+    ("AGENTIC_IQA_MALLOC_TUNING", "x", "AGENTIC_IQA_MALLOC_TUNING='x': expected 1/0"),
 ])
 def test_bad_environment_values_name_the_variable(monkeypatch, var, value, needle):
     monkeypatch.setenv(var, value)
