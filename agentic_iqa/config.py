@@ -257,7 +257,7 @@ def _validate(model: type[BaseModel], data: dict, path: Path):
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "(top level)"
-        raise ConfigError(f"{path}: `{where}`: {first['msg']}") from None
+        raise ConfigError(f"{path}: `{where}`: {_msg(first)}") from None
 
 
 KEY_NAMES = {"api_key", "key", "openai_api_key", "apikey", "token", "secret"}
@@ -319,7 +319,7 @@ def ray_env_settings(skip: Iterable[str] = ()) -> RayEnvSettings:
     except ValidationError as exc:
         first = exc.errors()[0]
         field = str(first["loc"][0]) if first["loc"] else "?"
-        raise ConfigError(f"AGENTIC_IQA_RAY_{field}={first.get('input')!r}: {first['msg']}; fix or unset it") from None
+        raise ConfigError(f"AGENTIC_IQA_RAY_{field}={first.get('input')!r}: {_msg(first)}; fix or unset it") from None
 
 
 #: How a bad value should look, by variable, for the one-line error.
@@ -344,7 +344,7 @@ def env_settings() -> EnvSettings:
     except ValidationError as exc:
         first = exc.errors()[0]
         field = str(first["loc"][0]) if first["loc"] else "?"
-        hint = _ENV_HINTS.get(field) or first["msg"]
+        hint = _ENV_HINTS.get(field) or _msg(first)
         if "DEVICE" in field:
             hint = "unknown device; use auto, cpu, cuda, cuda:N or mps"
         raise ConfigError(f"{env_var_name(field)}={first.get('input')!r}: {hint}") from None
@@ -410,6 +410,11 @@ def _refuse_keys(data: dict, path: Path) -> None:
                 )
 
 
+def _msg(error: dict) -> str:
+    """A pydantic error's message as a reader wants it: our validators' text without "Value error, "."""
+    return str(error["msg"]).removeprefix("Value error, ")
+
+
 def load_settings(
     config_dir: Optional[Path | str] = None,
     *,
@@ -459,7 +464,7 @@ def load_settings(
         backends = ModelBackends.model_validate(backends.model_dump())
     except ValidationError as exc:
         first = exc.errors()[0]
-        raise ConfigError(f"setting `{'.'.join(map(str, first['loc']))}`: {first['msg']}") from None
+        raise ConfigError(f"setting `{'.'.join(map(str, first['loc']))}`: {_msg(first)}") from None
     if "tools" in pipeline_overrides:
         sources["tools.device"] = "tools.device (argument)"
     return Settings(backends=backends, pipeline=pipeline, config_dir=cdir, config_files=used, sources=sources)

@@ -225,3 +225,15 @@ def test_lm_flag_under_an_offline_backend_is_said_to_be_ignored(tmp_path, monkey
     r = CliRunner().invoke(app, ["assess", "example:chelsea", "--lm", "openai/gpt-4o", "--offline",
                                  "--config", str(tmp_path), "--no-cache"])
     assert "--lm is ignored" not in r.stderr  # asked for in the same command: nothing to point out
+
+
+def test_a_refused_value_reads_without_pydantics_prefix(tmp_path):
+    # Before: "setting `image_transport`: Value error, image_transport 'png' is not one of: …" (also
+    # for a file); the manifest, tool-table and fixture readers already dropped the prefix.
+    with pytest.raises(ConfigError) as err:
+        load_settings(tmp_path, image_transport="png")
+    assert "Value error" not in str(err.value) and "image_transport 'png' is not one of" in str(err.value)
+    (tmp_path / "pipeline.yaml").write_text("image_transport: png\n")
+    with pytest.raises(ConfigError) as err:
+        load_settings(tmp_path)
+    assert "Value error" not in str(err.value) and "pipeline.yaml: `image_transport`: image_transport 'png'" in str(err.value)
