@@ -93,3 +93,37 @@ def setup_dspy_logging(verbose: bool = False) -> None:
     for handler in logger.handlers:
         if not any(isinstance(f, RedactingFilter) for f in handler.filters):
             handler.addFilter(RedactingFilter())
+
+
+def catch_sigint():
+    """Make Ctrl-C raise KeyboardInterrupt, also in a command started as a script's background job
+    (`cmd &`), which inherits SIGINT ignored. Returns the handler for `restore_sigint` (None outside the
+    main thread, where nothing is installed). For commands that then call `stop_now`."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def on_sigint(signum, frame):
+        raise KeyboardInterrupt
+
+    return signal.signal(signal.SIGINT, on_sigint)
+
+
+def restore_sigint(previous) -> None:
+    if previous is not None:
+        import signal
+
+        signal.signal(signal.SIGINT, previous)
+
+
+def stop_now(what: str) -> NoReturn:
+    """After a Ctrl-C: one line, exit 130 at once. A normal exit would wait for the worker threads, i.e. for
+    an LM call in flight (up to its call budget), and a second Ctrl-C there printed a traceback."""
+    import os
+
+    sys.stdout.flush()
+    sys.stderr.write(f"\ninterrupted: {what}\n")
+    sys.stderr.flush()
+    os._exit(EXIT_INTERRUPTED)

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Any, Optional
 
 import typer
 
-from agentic_iqa.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, fail, flag
+from agentic_iqa.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, catch_sigint, fail, flag, restore_sigint, stop_now
 
 DEMO = "demo"
 DEMO_NOTE = ("demo LM: scripted answers from the fixtures' own labels, right with a probability that rises "
@@ -62,12 +61,12 @@ def compile_command(
         fail(f"--module must be one of {', '.join(MODULE_NAMES)} or all (got {module!r})")
     if module == "all" and (trainset or valset):
         fail("--trainset/--valset are per module: use them with one --module, not all")
-    previous = _catch_sigint()
+    previous = catch_sigint()
     try:
         results = _compile(modules, optimizer, lm, teacher, reflection_lm, api_base, config, trainset, valset, out,
                            max_demos, budget, max_metric_calls, threads, seed, as_json, verbose)
     except KeyboardInterrupt:
-        _stop_now()
+        stop_now("compile stopped; programs already written are kept, the module in progress was not saved")
     except typer.Exit:
         raise
     except ConfigError as exc:
@@ -82,38 +81,9 @@ def compile_command(
             fail(escape(problem), EXIT_BAD_INPUT)
         fail(escape(f"compile failed: {type(exc).__name__}: {exc}"), EXIT_FAILED)
     finally:
-        if previous is not None:
-            import signal
-
-            signal.signal(signal.SIGINT, previous)
+        restore_sigint(previous)
     if as_json:
         typer.echo(json.dumps(results, indent=2))
-
-
-def _catch_sigint():
-    """Ctrl-C raises KeyboardInterrupt (handled by compile_command), also in a compile started as a
-    script's background job, which inherits SIGINT ignored. Returns the handler to restore (None
-    outside the main thread, where nothing is installed)."""
-    import signal
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        return None
-
-    def on_sigint(signum, frame):
-        raise KeyboardInterrupt
-
-    return signal.signal(signal.SIGINT, on_sigint)
-
-
-def _stop_now() -> None:
-    """Exit 130 at once: an LM call in flight (in DSPy's worker threads) could hold the interpreter open
-    for up to its call budget."""
-    sys.stdout.flush()
-    sys.stderr.write("\ninterrupted: compile stopped; programs already written are kept, the module in progress "
-                     "was not saved\n")
-    sys.stderr.flush()
-    os._exit(EXIT_INTERRUPTED)
 
 
 def _build_lm(spec: Optional[str], role: str, api_base: Optional[str], config: Optional[Path], *, proposal: bool = False):
