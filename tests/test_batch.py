@@ -570,6 +570,10 @@ def test_cli_manifest_batch_with_text_summary(tmp_path):
     (["A", "B", "--out", "DIR"], "is a directory"),
     (["A", "B", "--out", "OUT", "--resume", "--overwrite"], "contradict"),
     ([], "nothing to assess"),
+    # One image: the Ray engine and its sizes are for batches (before: silently ignored, run locally).
+    (["A", "--engine", "ray"], "--engine ray is for batches"),
+    (["A", "--actors", "2"], "--actors: only with --engine ray"),
+    (["A", "--engine", "foo"], "--engine must be local or ray"),
 ])
 def test_cli_batch_usage_errors_are_one_line(tmp_path, args, message):
     a, b = images(tmp_path, 2)

@@ -77,12 +77,22 @@ def assess_command(
     if resume and overwrite:
         fail("--resume and --overwrite contradict each other; choose one")
     is_batch = manifest is not None or out is not None or len(images) > 1 or (len(images) == 1 and Path(images[0]).is_dir())
+    if engine not in {"local", "ray"}:
+        fail(f"--engine must be local or ray (got {engine!r})")
+    ray_only = [name for name, given in (("--address", address is not None), ("--format", fmt != "jsonl"),
+                                         ("--actors", actors is not None), ("--ray-batch-size", ray_batch_size is not None),
+                                         ("--gpus-per-worker", gpus_per_worker is not None),
+                                         ("--lm-max-in-flight", lm_max_in_flight is not None)) if given]
     if not is_batch:
         if not images:
             fail("nothing to assess: give an image (or several, or a folder, or --manifest FILE with --out FILE)")
         for flag, given in (("--resume", resume), ("--retry-failed", retry_failed), ("--overwrite", overwrite)):
             if given:
                 fail(f"{flag} is for batches: it needs --out results.jsonl")
+        if engine == "ray":
+            fail("--engine ray is for batches: it needs --out (a folder of result shards); one image runs here")
+        if ray_only:
+            _refuse_ray_only(ray_only)
         _single(images[0], query, reference, lm, api_base, config, offline, mode, program, no_cache,
                 resize_reference, as_json, save_trace, verbose, tool_options)
         return
@@ -93,8 +103,6 @@ def assess_command(
         fail("--save-trace is for one image; in a batch, pass --with-trace to keep traces in the results file")
     if manifest is not None and images:
         fail("give either images/folders or --manifest, not both")
-    if engine not in {"local", "ray"}:
-        fail(f"--engine must be local or ray (got {engine!r})")
     cluster = {"actors": actors, "batch_size": ray_batch_size, "gpus_per_worker": gpus_per_worker,
                "lm_max_in_flight": lm_max_in_flight}
     if engine == "ray":
@@ -104,15 +112,15 @@ def assess_command(
                    resize_reference, as_json, recursive, resume, retry_failed, overwrite, concurrency, allow_absolute,
                    address, fmt, tool_options, cluster, with_trace, no_progress or as_json)
         return
-    ray_only = [name for name, given in (("--address", address is not None), ("--format", fmt != "jsonl"),
-                                         ("--actors", actors is not None), ("--ray-batch-size", ray_batch_size is not None),
-                                         ("--gpus-per-worker", gpus_per_worker is not None),
-                                         ("--lm-max-in-flight", lm_max_in_flight is not None)) if given]
     if ray_only:
-        fail(f"{', '.join(ray_only)}: only with --engine ray (add --engine ray, or leave {'them' if len(ray_only) > 1 else 'it'} out)")
+        _refuse_ray_only(ray_only)
     _batch(images, manifest, out, query, reference, lm, api_base, config, offline, mode, program, no_cache,
            resize_reference, as_json, recursive, resume, retry_failed, overwrite, concurrency, allow_absolute,
            with_trace, no_progress or as_json, tool_options)
+
+
+def _refuse_ray_only(flags: List[str]) -> None:
+    fail(f"{', '.join(flags)}: only with --engine ray (add --engine ray, or leave {'them' if len(flags) > 1 else 'it'} out)")
 
 
 _FLAG_WORDS = {"true", "false", "yes", "no", "on", "off", "1", "0"}
