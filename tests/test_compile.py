@@ -403,3 +403,19 @@ def test_ctrl_c_stops_a_compile_at_once_with_an_lm_call_in_flight(tmp_path, sigi
     assert proc.returncode == 130, (out, err)
     assert "interrupted: compile stopped" in err and "Traceback" not in err, err
     assert not (tmp_path / "p.json").exists()
+
+
+def test_cli_compile_with_an_unreachable_server_is_one_clear_line(tmp_path):
+    # Before: "error: compile failed: LMTransportError: … Connection refused" with exit 1, the code for
+    # an unforeseen failure; an LM that cannot be reached is the user's setup, as for a batch (exit 2).
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    res = runner.invoke(app, ["compile", "-m", "planner", "--lm", "openai/fake", "--api-base",
+                              f"http://127.0.0.1:{port}/v1", "--config", str(tmp_path), "--out", str(tmp_path / "p.json")])
+    text = " ".join(res.output.split())
+    assert res.exit_code == 2, res.output
+    assert "the LM could not be reached" in text and "Connection refused" in text and "--api-base" in text, text
+    assert "compile failed" not in text and not (tmp_path / "p.json").exists()

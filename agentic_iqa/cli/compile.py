@@ -74,11 +74,16 @@ def compile_command(
     except ValueError as exc:  # CompileError, FixtureError, ProgramError: bad options or inputs
         fail(escape(str(exc)), EXIT_BAD_INPUT)
     except Exception as exc:  # noqa: BLE001 - one clear line, never a traceback
-        from agentic_iqa.lm import lm_setup_problem
+        from agentic_iqa.lm import lm_setup_problem, lm_unreachable
 
         problem = lm_setup_problem(exc, otherwise="try the flow with the scripted demo LM (--lm demo)")
         if problem is not None:
             fail(escape(problem), EXIT_BAD_INPUT)
+        if lm_unreachable(exc):  # the user's setup (a server down, a wrong port, too slow), not our failure
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            fail(escape(f"the LM could not be reached: {type(exc).__name__}: {first}; the module in progress was not saved. Check the "
+                        "server (--api-base) and the model (--lm), or try the flow with the scripted demo LM (--lm demo)"),
+                 EXIT_BAD_INPUT)
         fail(escape(f"compile failed: {type(exc).__name__}: {exc}"), EXIT_FAILED)
     finally:
         restore_sigint(previous)
