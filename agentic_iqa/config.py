@@ -357,6 +357,20 @@ def env_vars() -> dict[str, str]:
     return out | {f"AGENTIC_IQA_RAY_{name}": f.description or "" for name, f in RayEnvSettings.model_fields.items()}
 
 
+#: AGENTIC_IQA_* variables read outside the package (benchmarks/fit_corpus.py: the corpus cache folder).
+_OTHER_VARS = ("AGENTIC_IQA_CORPUS",)
+
+
+def unknown_env_vars() -> list[tuple[str, Optional[str]]]:
+    """AGENTIC_IQA_* variables set in the environment that nothing reads (a misspelling does nothing
+    otherwise), each with the closest known name or None."""
+    import difflib
+
+    known = [*env_vars(), *_OTHER_VARS]
+    return [(name, next(iter(difflib.get_close_matches(name, known, n=1, cutoff=0.8)), None))
+            for name in sorted(os.environ) if name.startswith("AGENTIC_IQA_") and name not in known]
+
+
 def debug_enabled() -> bool:
     """AGENTIC_IQA_DEBUG, for the CLI's last-resort error path (a bad value means off)."""
     try:

@@ -237,3 +237,25 @@ def test_a_refused_value_reads_without_pydantics_prefix(tmp_path):
     with pytest.raises(ConfigError) as err:
         load_settings(tmp_path)
     assert "Value error" not in str(err.value) and "pipeline.yaml: `image_transport`: image_transport 'png'" in str(err.value)
+
+
+def test_a_misspelt_variable_is_pointed_out(monkeypatch):
+    # AGENTIC_IQA_DEVICES=cpu (for AGENTIC_IQA_DEVICE) did nothing and said nothing.
+    from typer.testing import CliRunner
+
+    from agentic_iqa.cli import app
+    from agentic_iqa.config import unknown_env_vars
+
+    monkeypatch.setenv("AGENTIC_IQA_DEVICES", "cpu")
+    monkeypatch.setenv("AGENTIC_IQA_SOMETHING_ELSE", "1")
+    found = dict(unknown_env_vars())
+    assert found == {"AGENTIC_IQA_DEVICES": "AGENTIC_IQA_DEVICE", "AGENTIC_IQA_SOMETHING_ELSE": None}
+    r = CliRunner().invoke(app, ["assess", "example:chelsea", "--offline", "--no-cache"])
+    assert r.exit_code == 0, r.output
+    err = " ".join(r.stderr.split())
+    assert "warning: AGENTIC_IQA_DEVICES is not a variable agentic-iqa reads (did you mean AGENTIC_IQA_DEVICE?)" in err, err
+    assert "warning: AGENTIC_IQA_SOMETHING_ELSE is not a variable agentic-iqa reads" in err
+    monkeypatch.delenv("AGENTIC_IQA_DEVICES")
+    monkeypatch.delenv("AGENTIC_IQA_SOMETHING_ELSE")
+    monkeypatch.setenv("AGENTIC_IQA_RAY_ACTORS", "2")  # read by --engine ray runs: known
+    assert unknown_env_vars() == []

@@ -76,6 +76,16 @@ def setup_logging(verbose: bool = False) -> None:
             handler.addFilter(RedactingFilter())
     for noisy in ("LiteLLM", "litellm", "httpx", "httpcore", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING if verbose else logging.CRITICAL)
+    warn_unknown_env()
+
+
+def warn_unknown_env() -> None:
+    """One stderr line per AGENTIC_IQA_* variable nothing reads (e.g. AGENTIC_IQA_DEVICES for _DEVICE)."""
+    from agentic_iqa.config import unknown_env_vars
+
+    for name, close in unknown_env_vars():
+        hint = f" (did you mean {close}?)" if close else ""
+        sys.stderr.write(f"warning: {name} is not a variable agentic-iqa reads{hint}; it has no effect\n")
 
 
 def setup_dspy_logging(verbose: bool = False) -> None:
