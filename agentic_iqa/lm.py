@@ -60,7 +60,8 @@ def build_lm(role: RoleLM, role_name: str = "lm"):
     try:
         return _budgeted_lm_class()(role.model, **kwargs)
     except ValueError as exc:
-        raise ConfigError(f"{role_name}: model {role.model!r}: {exc}") from None
+        what = str(exc) if role.model in str(exc) else f"model {role.model!r}: {exc}"  # DSPy's may name it already
+        raise ConfigError(f"{role_name}: {what}; write the model as provider/model, e.g. openai/gpt-4o") from None
 
 
 # ── one wall-clock budget per LM call ─────────────────────────────────────────────────────────────
@@ -382,6 +383,10 @@ def lm_setup_problem(exc: BaseException, otherwise: str = "run without a model (
         # A model string DSPy/LiteLLM cannot route, e.g. "gpt4o" or "foo/bar".
         first = first.split(" Pass in")[0].rstrip(".") + "; write the model as provider/model (openai/gpt-4o, " \
             "anthropic/..., gemini/..., ollama_chat/..., or openai/NAME with --api-base for an OpenAI-compatible server)"
+        provider = re.match(r"\[([^\]/]+)/", first)
+        if provider and provider.group(1) != provider.group(1).lower():
+            name = provider.group(1)
+            first += f"; provider names are lower case ({name.lower()}/..., not {name}/...)"
     elif invalid_request and status == 404:
         first += " (HTTP 404: no such endpoint or model; OpenAI-compatible servers usually want --api-base ending in /v1)"
     elif invalid_request and status == 400 and re.search(r"image", first, re.I):

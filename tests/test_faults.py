@@ -310,6 +310,22 @@ def test_a_model_string_without_a_known_provider_is_one_clear_cli_error(tmp_path
     assert res.exit_code == 2 and "provider/model" in res.output and "Traceback" not in res.output, res.output
 
 
+@pytest.mark.parametrize("model", ["openai/", "OpenAI/gpt-4o"])
+def test_a_malformed_model_string_says_how_to_write_it_once(tmp_path, images, model):
+    # Before: "planner: model 'openai/': model 'openai/' has a provider prefix but no model id after
+    # it" (the name twice, no example), and for "OpenAI/gpt-4o" advice to write provider/model, which
+    # it is: the provider name is lower case.
+    from typer.testing import CliRunner
+
+    from agentic_iqa.cli import app
+
+    res = CliRunner().invoke(app, ["assess", str(images[0]), "--lm", model, "--config", str(tmp_path)])
+    text = " ".join(res.output.split())
+    assert res.exit_code == 2 and "Traceback" not in text, text
+    assert text.count(repr(model)) + text.count(f"[{model}]") == 1, text
+    assert "openai/gpt-4o" in text and ("lower case" in text or model == "openai/"), text
+
+
 def test_a_dead_server_trips_the_circuit_breaker(tmp_path, registry):
     """Issue 11 part 4: against a dead server, a batch stops taking items after UNREACHABLE_STREAK items
     in a row found it unreachable, instead of every item waiting through the timeout and retries."""
