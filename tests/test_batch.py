@@ -294,6 +294,33 @@ def test_a_file_that_is_not_ours_is_refused(tmp_path):
     assert path.read_text() == '{"hello": "world"}\n{"x": 1}\n'  # untouched
 
 
+def test_a_file_that_is_not_a_results_file_is_never_overwritten(tmp_path):
+    # `assess a.jpg b.jpg --out c.jpg` (a slip for c.jsonl): the refusal advised --overwrite, and
+    # --overwrite then truncated the photo. A file with no result lines is refused either way.
+    photo = tmp_path / "c.jpg"
+    write_test_image(photo, size=(64, 48))
+    before = photo.read_bytes()
+    with pytest.raises(BatchError) as err:
+        ResultsFile(photo).open()
+    assert "--overwrite to start over" not in str(err.value) and "not an agentic-iqa results file" in str(err.value)
+    with pytest.raises(BatchError, match="not an agentic-iqa results file"):
+        ResultsFile(photo).open(overwrite=True)
+    assert photo.read_bytes() == before
+    notes = tmp_path / "notes.jsonl"
+    notes.write_text('{"hello": "world"}\n')
+    with pytest.raises(BatchError, match="not an agentic-iqa results file"):
+        ResultsFile(notes).open(overwrite=True)
+    assert notes.read_text() == '{"hello": "world"}\n'
+
+
+@pytest.mark.parametrize("special", ["/dev/null", "/dev/full"])
+def test_a_device_as_the_results_file_is_refused(special):
+    # Before: "batch failed: OSError: [Errno 22] Invalid argument" (/dev/null) or "[Errno 28] No space
+    # left on device" (/dev/full), exit 1, after the batch had started.
+    with pytest.raises(BatchError, match=f"--out {special} is not a regular file"):
+        ResultsFile(special).open()
+
+
 def test_records_are_strict_json(tmp_path, settings, registry):
     """Failed tool logs carry NaN scores; the line must still be strict JSON (no bare NaN)."""
     img = write_test_image(tmp_path / "a.jpg", size=(64, 48))
