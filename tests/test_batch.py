@@ -306,6 +306,14 @@ def test_a_file_that_is_not_a_results_file_is_never_overwritten(tmp_path):
     with pytest.raises(BatchError, match="not an agentic-iqa results file"):
         ResultsFile(photo).open(overwrite=True)
     assert photo.read_bytes() == before
+    with pytest.raises(BatchError, match="not look like an agentic-iqa results file"):
+        ResultsFile(photo).open(resume=True)
+    assert photo.read_bytes() == before  # before, --resume cut the photo's tail off (a "partial last line") first
+    first_write_cut = tmp_path / "r.jsonl"  # a crash inside the very first write: still ours, repaired
+    first_write_cut.write_bytes(b'{"key":"abc","identity":"x","sta')
+    with ResultsFile(first_write_cut) as rf:
+        assert rf.open(resume=True).repaired_bytes == 32
+    assert first_write_cut.read_bytes() == b""
     notes = tmp_path / "notes.jsonl"
     notes.write_text('{"hello": "world"}\n')
     with pytest.raises(BatchError, match="not an agentic-iqa results file"):

@@ -171,19 +171,9 @@ class ResultsFile:
             data = fh.read()
         body, sep, tail = data.rpartition(b"\n")
         complete = body + sep
-        if tail:
-            rec = _parse_record(tail)
-            if rec is not None:
-                # A whole record that lacks only its newline (e.g. the file was edited): keep it.
-                self._write_all(b"\n")
-                complete = data + b"\n"
-                state.completed_partial = True
-            else:
-                # Our writer puts a record and its newline in one write; a crash inside that write
-                # leaves a prefix. Cut it off; that item is simply run again.
-                os.ftruncate(self._fd, len(complete))
-                os.fsync(self._fd)
-                state.repaired_bytes = len(tail)
+        last = _parse_record(tail) if tail else None
+        if last is not None:
+            complete = data + b"\n"  # a whole record that lacks only its newline (e.g. the file was edited)
         lines = complete.split(b"\n")[:-1] if complete else []
         for line in lines:
             if not line.strip():
@@ -193,9 +183,20 @@ class ResultsFile:
                 state.unreadable_lines += 1
             else:
                 state.records.append(rec)
-        if lines and not state.records and state.unreadable_lines:
+        ours_cut_off = tail.lstrip().startswith(b'{"key":')  # a crash during the very first write
+        if not state.records and (state.unreadable_lines or (tail and not ours_cut_off)):
+            # Checked before any repair below writes: a file that is not ours is left exactly as it was.
             self.close()
             raise BatchError(f"{self.path} does not look like an agentic-iqa results file (no result records in it); choose another --out")
+        if last is not None:
+            self._write_all(b"\n")  # keep that record
+            state.completed_partial = True
+        elif tail:
+            # Our writer puts a record and its newline in one write; a crash inside that write leaves a
+            # prefix. Cut it off; that item is simply run again.
+            os.ftruncate(self._fd, len(complete))
+            os.fsync(self._fd)
+            state.repaired_bytes = len(tail)
         return state
 
     # -- writing ---------------------------------------------------------------------------------
