@@ -175,6 +175,8 @@ def _single(image, query, reference, lm, api_base, config, offline, mode, progra
             as_json, save_trace, verbose, tool_options=(None, None, None)) -> None:
     from agentic_iqa.config import ConfigError
 
+    if save_trace:
+        _refuse_trace_over_an_input(save_trace, image, reference)
     try:
         result = _run(image, query, reference, lm, api_base, config, offline, mode, program, no_cache,
                       verbose and not as_json, resize_reference, tool_options)
@@ -192,6 +194,18 @@ def _single(image, query, reference, lm, api_base, config, offline, mode, progra
         render(result, verbose)
     if save_trace:  # after the result is shown: a trace that cannot be written must not lose it
         _save_trace(result, save_trace)
+
+
+def _refuse_trace_over_an_input(path: Path, image: str, reference: Optional[str]) -> None:
+    """--save-trace naming the image or the reference itself (a slip): refused before assessing."""
+    for what, name in (("image", image), ("reference image", reference)):
+        try:
+            same = bool(name) and os.path.samefile(path, name)
+        except (OSError, ValueError):
+            same = False
+        if same:
+            fail(f"--save-trace {path} would replace the {what} {name} with the trace; give another file name "
+                 "(e.g. trace.json)")
 
 
 def _save_trace(result, path: Path) -> None:
