@@ -81,6 +81,12 @@ def check_program_target(path: str | Path) -> Path:
             if not folder.is_dir():
                 raise ProgramError(f"cannot write the program to {path}: {folder} is not a folder; choose another --out")
             break
+    if path.is_file() and path.stat().st_size:
+        try:
+            read_program(path)
+        except ProgramError:
+            raise ProgramError(f"cannot write the program to {path}: the file exists and is not a compiled program "
+                               "(fixtures? an image?); choose another --out") from None
     probe = path.with_suffix(path.suffix + ".tmp")  # the name save_program writes first
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

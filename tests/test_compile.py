@@ -287,6 +287,12 @@ def test_cli_compile_checks_the_output_path_before_spending_lm_calls(tmp_path, m
         assert "cannot write the program to" in res.output and expected in res.output, res.output
         assert "Traceback" not in res.output and "compile failed" not in res.output
     assert a_file.read_text() == "x"
+    # An existing file that is not a compiled program (the fixtures themselves, an image) is not replaced.
+    notes = tmp_path / "planner.json"
+    notes.write_text('{"id": "a"}\n')
+    res = runner.invoke(app, ["compile", "-m", "planner", "--lm", "demo", "--out", str(notes), "--config", str(tmp_path)])
+    assert res.exit_code == 2 and "is not a compiled program" in " ".join(res.output.split()), res.output
+    assert notes.read_text() == '{"id": "a"}\n'
 
 
 def test_cli_compile_says_when_the_model_gave_no_usable_answer(tmp_path):
