@@ -106,3 +106,15 @@ def test_a_label_for_the_other_mode_is_said_to_be_unused(tmp_path, trace):
     assert "warning:" in text and "--answer is for question traces" in text and "--level" in text, text
     line = load_fixture_file("summarize", tmp_path / "fx" / "summarize.jsonl").lines[0]
     assert line.level == result.result.level and line.label_source.startswith("recorded")
+
+
+def test_record_into_a_file_instead_of_a_folder_is_one_line(tmp_path, trace):
+    # Before: a traceback ending "NotADirectoryError: [Errno 20] Not a directory: 'notes.txt/images'".
+    path, _ = trace
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine")
+    res = runner.invoke(app, ["fixtures", "record", str(path), "--out", str(notes)])
+    assert res.exit_code == 2, res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
+    assert "notes.txt is a file, not a folder" in " ".join(res.output.split()), res.output
+    assert notes.read_text() == "mine"

@@ -331,6 +331,9 @@ def record_command(
     con = Console()
     modules = module or list(FIXTURE_FILES)
     totals: dict[str, int] = {}
+    if out.exists() and not out.is_dir():
+        fail(f"--out {out} is a file, not a folder: fixture lines go to <folder>/<module>.jsonl (and images to "
+             "<folder>/images); give a folder", EXIT_BAD_INPUT)
     try:
         for trace in traces:
             rec = lines_from_trace(trace, out, modules=modules, split=split, level=level, answer=answer,
@@ -346,6 +349,10 @@ def record_command(
         from rich.markup import escape
 
         fail(escape(str(exc)), EXIT_BAD_INPUT)
+    except OSError as exc:  # the folder cannot be written (read-only, full disk, …): one line, no traceback
+        from rich.markup import escape
+
+        fail(escape(f"cannot write fixtures to {out}: {exc.strerror or exc} ({exc.filename})"), EXIT_FAILED)
     if not any(totals.values()):
         con.print("nothing new recorded (lines with these ids are already there, or the traces hold nothing usable)")
         return
