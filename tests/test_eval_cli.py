@@ -149,3 +149,12 @@ def test_ctrl_c_stops_eval_at_once_with_an_lm_call_in_flight(tmp_path):
             raise AssertionError("eval was still running 20 s after Ctrl-C")
     assert proc.returncode == 130, (out, err)
     assert "interrupted: eval stopped" in err and "Traceback" not in err, err
+
+
+def test_bench_make_into_a_file_says_it_wants_a_folder(tmp_path):
+    # Before: "error: [Errno 20] Not a directory: 'notes.txt/references'".
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine")
+    res = CliRunner().invoke(app, ["bench", "make", str(notes), "--ref", "chelsea", "--type", "jpeg"])
+    assert res.exit_code == 2 and "notes.txt is a file, not a folder" in " ".join(res.output.split()), res.output
+    assert notes.read_text() == "mine"

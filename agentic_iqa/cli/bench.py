@@ -34,6 +34,9 @@ def make_command(
                 for what, names, valid in (("distortion type", types, TYPES), ("reference", refs, REFERENCES))]
     if any(problems):
         fail(escape("; ".join(p for p in problems if p)), EXIT_BAD_INPUT)  # repeats the user's names, brackets included
+    if out.exists() and not out.is_dir():
+        fail(escape(f"{out} is a file, not a folder: the benchmark is a folder of images and manifest.jsonl; "
+                    "give a folder name"), EXIT_BAD_INPUT)
     try:
         with Console(stderr=True).status("generating…"):
             manifest = make_benchmark(out, seed=seed, refs=refs or None, types=types or None, mcq=not no_mcq)
