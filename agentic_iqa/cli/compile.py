@@ -81,9 +81,9 @@ def compile_command(
             fail(escape(problem), EXIT_BAD_INPUT)
         if lm_unreachable(exc):  # the user's setup (a server down, a wrong port, too slow), not our failure
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            fail(escape(f"the LM could not be reached: {type(exc).__name__}: {first}; the module in progress was not saved. Check the "
-                        "server (--api-base) and the model (--lm), or try the flow with the scripted demo LM (--lm demo)"),
-                 EXIT_BAD_INPUT)
+            fail(escape(f"the LM could not be reached: {type(exc).__name__}: {first}; the module in progress was not "
+                        "saved. Check the server (--api-base) and the model (--lm), or try the flow with the scripted "
+                        "demo LM (--lm demo)"), EXIT_BAD_INPUT)
         fail(escape(f"compile failed: {type(exc).__name__}: {exc}"), EXIT_FAILED)
     finally:
         restore_sigint(previous)
@@ -255,7 +255,7 @@ def _print_table(rows: list[dict]) -> None:
             n = r["val_examples"]
             con.print(f"[yellow]note:[/] {r['module']}: {r['failures_before'] or 0} of {n} validation answers before "
                       f"compiling and {r['failures_after'] or 0} of {n} after were unusable (every try rejected: no "
-                      "valid reply), and score 0; if that is most of them, the scores measure the connection or the "
+                      "valid reply) and scored 0; if that is most of them, the scores measure the connection or the "
                       "reply format, not the model: check it with agentic-iqa assess IMAGE --lm MODEL --verbose")
     if any(r["before"] is None for r in rows):
         con.print("[yellow]note:[/] no LM was configured, so nothing was scored; the labelled demos were saved anyway")
