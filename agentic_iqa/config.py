@@ -257,7 +257,7 @@ def _validate(model: type[BaseModel], data: dict, path: Path):
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "(top level)"
-        raise ConfigError(f"{path}: `{where}`: {first['msg']}") from None
+        raise ConfigError(f"{path}: `{where}`: {_msg(first)}") from None
 
 
 KEY_NAMES = {"api_key", "key", "openai_api_key", "apikey", "token", "secret"}
@@ -293,6 +293,9 @@ class EnvSettings(DebugSettings):
     TOOL_FILES: Optional[str] = _env_field("pipeline.tools.extra_tables (os.pathsep-separated, added)")
     WEIGHTS_DIR: Optional[Path] = _env_field("pipeline.tools.weights_dir")
     OFFLINE: Optional[bool] = _env_field("pipeline.tools.offline (1/0; else HF_HUB_OFFLINE=1 means offline)")
+    # Read where they act (iqa_tools.backend, below this package), checked here so a bad value is an error.
+    TORCH_THREADS: Optional[PositiveInt] = _env_field("torch intra-op threads for tool runs (iqa_tools.backend)")
+    MALLOC_TUNING: Optional[bool] = _env_field("0: leave glibc's malloc thresholds alone (iqa_tools.backend)")
     # Hugging Face's own switch, honoured so that one variable makes every download refuse.
     HF_HUB_OFFLINE: Optional[bool] = Field(None, validation_alias="HF_HUB_OFFLINE", exclude=True)
 
@@ -316,13 +319,15 @@ def ray_env_settings(skip: Iterable[str] = ()) -> RayEnvSettings:
     except ValidationError as exc:
         first = exc.errors()[0]
         field = str(first["loc"][0]) if first["loc"] else "?"
-        raise ConfigError(f"AGENTIC_IQA_RAY_{field}={first.get('input')!r}: {first['msg']}; fix or unset it") from None
+        raise ConfigError(f"AGENTIC_IQA_RAY_{field}={first.get('input')!r}: {_msg(first)}; fix or unset it") from None
 
 
 #: How a bad value should look, by variable, for the one-line error.
 _ENV_HINTS = {
     "MAX_PIXELS": "expected a positive whole number of pixels (e.g. 100000000); unset it for the default",
     "OFFLINE": "expected 1/0 (true/false, yes/no, on/off)",
+    "TORCH_THREADS": "expected a positive whole number of threads; unset it for the default (1)",
+    "MALLOC_TUNING": "expected 1/0 (true/false, yes/no, on/off)",
     "DEBUG": "expected 1/0 (true/false, yes/no, on/off)",
     "HF_HUB_OFFLINE": "expected 1/0 (true/false, yes/no, on/off)",
 }
@@ -339,7 +344,7 @@ def env_settings() -> EnvSettings:
     except ValidationError as exc:
         first = exc.errors()[0]
         field = str(first["loc"][0]) if first["loc"] else "?"
-        hint = _ENV_HINTS.get(field) or first["msg"]
+        hint = _ENV_HINTS.get(field) or _msg(first)
         if "DEVICE" in field:
             hint = "unknown device; use auto, cpu, cuda, cuda:N or mps"
         raise ConfigError(f"{env_var_name(field)}={first.get('input')!r}: {hint}") from None
@@ -350,6 +355,20 @@ def env_vars() -> dict[str, str]:
     out = {env_var_name(name): f.description or "" for name, f in EnvSettings.model_fields.items()
            if name != "HF_HUB_OFFLINE"}
     return out | {f"AGENTIC_IQA_RAY_{name}": f.description or "" for name, f in RayEnvSettings.model_fields.items()}
+
+
+#: AGENTIC_IQA_* variables read outside the package (benchmarks/fit_corpus.py: the corpus cache folder).
+_OTHER_VARS = ("AGENTIC_IQA_CORPUS",)
+
+
+def unknown_env_vars() -> list[tuple[str, Optional[str]]]:
+    """AGENTIC_IQA_* variables set in the environment that nothing reads (a misspelling does nothing
+    otherwise), each with the closest known name or None."""
+    import difflib
+
+    known = [*env_vars(), *_OTHER_VARS]
+    return [(name, next(iter(difflib.get_close_matches(name, known, n=1, cutoff=0.8)), None))
+            for name in sorted(os.environ) if name.startswith("AGENTIC_IQA_") and name not in known]
 
 
 def debug_enabled() -> bool:
@@ -405,6 +424,11 @@ def _refuse_keys(data: dict, path: Path) -> None:
                 )
 
 
+def _msg(error: dict) -> str:
+    """A pydantic error's message as a reader wants it: our validators' text without "Value error, "."""
+    return str(error["msg"]).removeprefix("Value error, ")
+
+
 def load_settings(
     config_dir: Optional[Path | str] = None,
     *,
@@ -454,7 +478,7 @@ def load_settings(
         backends = ModelBackends.model_validate(backends.model_dump())
     except ValidationError as exc:
         first = exc.errors()[0]
-        raise ConfigError(f"setting `{'.'.join(map(str, first['loc']))}`: {first['msg']}") from None
+        raise ConfigError(f"setting `{'.'.join(map(str, first['loc']))}`: {_msg(first)}") from None
     if "tools" in pipeline_overrides:
         sources["tools.device"] = "tools.device (argument)"
     return Settings(backends=backends, pipeline=pipeline, config_dir=cdir, config_files=used, sources=sources)

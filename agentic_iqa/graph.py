@@ -62,7 +62,7 @@ def _stage(name: str, body: Callable, on_error: Callable) -> tuple[Callable, Cal
                 raise LMSetupError(problem) from exc
             if lm_unreachable(exc) and offline is not None and not unreachable:
                 first_line = redact((str(exc).strip().splitlines() or [""])[0])  # DSPy appends multi-line "To fix:" advice
-                update["lm_unreachable"] = f"{type(exc).__name__}: {first_line[:200]}"
+                update["lm_unreachable"] = f"{type(exc).__name__}: {_clip(first_line)}"
                 ctx.trace.add(name, "fallback", f"LM unreachable ({update['lm_unreachable']}); offline analyst answers")
                 try:
                     out = yield from steps(body(state, ctx, offline))
@@ -103,10 +103,21 @@ def _fell_back(stage: str, ctx: AssessmentContext, exc: Optional[BaseException],
         why = str(exc)
     elif isinstance(exc, ValueError) and str(exc).strip():
         # Our refusals (a ValueError or ImageError) are written for the reader: the class name adds nothing.
-        why = redact((str(exc).strip().splitlines() or [""])[0])[:200]
+        why = _clip(redact((str(exc).strip().splitlines() or [""])[0]))
     else:
-        why = redact(f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}")[:200]
+        why = _clip(redact(f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"))
     ctx.trace.add(stage, "fallback", f"{why} → {instead}")
+
+
+def _clip(text: str, limit: int = 200) -> str:
+    """`text` cut to at most `limit` characters, at a word boundary and marked with "…" when cut
+    (a provider's message quoting a gateway's page can run to hundreds of characters)."""
+    text = text.strip()
+    if len(text) <= limit:
+        return text
+    head = text[: limit - 1]
+    cut = head.rfind(" ")
+    return (head[:cut] if cut > limit // 2 else head).rstrip(" ,;:.") + "…"
 
 
 # ── node bodies ────────────────────────────────────────────────────────────────────────────────

@@ -60,7 +60,8 @@ def build_lm(role: RoleLM, role_name: str = "lm"):
     try:
         return _budgeted_lm_class()(role.model, **kwargs)
     except ValueError as exc:
-        raise ConfigError(f"{role_name}: model {role.model!r}: {exc}") from None
+        what = str(exc) if role.model in str(exc) else f"model {role.model!r}: {exc}"  # DSPy's may name it already
+        raise ConfigError(f"{role_name}: {what}; write the model as provider/model, e.g. openai/gpt-4o") from None
 
 
 # ── one wall-clock budget per LM call ─────────────────────────────────────────────────────────────
@@ -126,6 +127,58 @@ def _too_large(outputs: Any, limit: int) -> Optional[int]:
     return None
 
 
+class _Overran(Exception):
+    """A request still running when the call's budget ran out (see `_within`)."""
+
+
+def _within(seconds: float, fn, *args: Any, **kwargs: Any) -> Any:
+    """fn(*args, **kwargs) in a helper thread (the caller's context variables carried over), waited on
+    for at most `seconds`; _Overran after that. The request's `timeout` bounds each wait for a byte, not
+    the whole reply, so a server trickling its body a byte at a time would otherwise hold a synchronous
+    call past its budget (the async path has asyncio.wait_for). The abandoned request ends with its
+    connection; its reply, if any, is dropped."""
+    box: dict = {}
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            box["value"] = fn(*args, **kwargs)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            box["error"] = exc
+        finally:
+            done.set()
+
+    context = contextvars.copy_context()
+    threading.Thread(target=context.run, args=(run,), name="lm-request", daemon=True).start()
+    if not done.wait(seconds):
+        raise _Overran(f"no complete reply within {seconds:.3g} s")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+#: The tail of DSPy's (vendored lm15's) read-timeout messages, which advise `Timeouts(read=...)`: an API
+#: our users never see. `_in_our_terms` names the settings they can raise instead.
+_LM15_TIMEOUT_ADVICE = "; this is lm15's read timeout"
+
+
+def _in_our_terms(exc: BaseException) -> BaseException:
+    """`exc`, or for a read timeout a copy of it (same type and metadata) whose advice names our settings."""
+    message = getattr(exc, "message", None)
+    if not isinstance(message, str) or _LM15_TIMEOUT_ADVICE not in message:
+        return exc
+    head = message.split(_LM15_TIMEOUT_ADVICE)[0]
+    try:
+        return type(exc)(
+            f"{head} (the per-request timeout); raise timeout, and call_budget if needed, in "
+            "configs/model_backends.yaml if the model is just slow",
+            **{k: getattr(exc, k, None) for k in ("code", "model", "provider", "provider_code", "status",
+                                                  "request_id", "retry_after")},
+        )
+    except TypeError:  # an error type with another constructor: keep it as it is
+        return exc
+
+
 def __getattr__(name: str):
     # BudgetedLM subclasses dspy.LM, which is slow to import: made on first use (also by pickle).
     if name in ("BudgetedLM", "LMBudgetExceeded", "LMReplyTooLarge"):
@@ -178,7 +231,10 @@ def _budgeted_lm_class() -> type:
             """Seconds to wait before the next attempt, or raise: not retryable, no attempts left, or
             the wait (Retry-After capped at max_retry_after, else backoff) would outlast the budget."""
             if attempt >= self._retries or not is_retryable_lm_error(exc):
-                raise exc
+                ours = _in_our_terms(exc)
+                if ours is exc:
+                    raise exc
+                raise ours from exc
             hint = getattr(exc, "retry_after", None)
             if isinstance(hint, (int, float)) and not isinstance(hint, bool) and math.isfinite(hint) and hint >= 0:
                 wait = min(float(hint), self.max_retry_after)
@@ -216,14 +272,18 @@ def _budgeted_lm_class() -> type:
             if kwargs.get("request") is not None or isinstance(prompt, Request):
                 return super().__call__(prompt, messages=messages, **kwargs)  # the typed API: as DSPy does it
             deadline = time.monotonic() + self.call_budget
+            send = super().__call__
             for attempt in range(self._retries + 1):
-                if deadline - time.monotonic() <= 0:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
                     raise self._exhausted(attempt, "the budget ran out between requests")
                 token = _inside.set(True)
                 try:
                     _count_request()
-                    outputs = super().__call__(prompt, messages=messages,
-                                               **{**kwargs, "timeout": self._timeout_for(kwargs, deadline)})
+                    outputs = _within(remaining, send, prompt, messages=messages,
+                                      **{**kwargs, "timeout": self._timeout_for(kwargs, deadline)})
+                except _Overran as exc:
+                    raise self._exhausted(attempt + 1, "the budget ran out during a request") from exc
                 except Exception as exc:  # noqa: BLE001 - classified by _plan_wait
                     wait = self._plan_wait(exc, attempt, deadline)
                 else:
@@ -323,6 +383,10 @@ def lm_setup_problem(exc: BaseException, otherwise: str = "run without a model (
         # A model string DSPy/LiteLLM cannot route, e.g. "gpt4o" or "foo/bar".
         first = first.split(" Pass in")[0].rstrip(".") + "; write the model as provider/model (openai/gpt-4o, " \
             "anthropic/..., gemini/..., ollama_chat/..., or openai/NAME with --api-base for an OpenAI-compatible server)"
+        provider = re.match(r"\[([^\]/]+)/", first)
+        if provider and provider.group(1) != provider.group(1).lower():
+            name = provider.group(1)
+            first += f"; provider names are lower case ({name.lower()}/..., not {name}/...)"
     elif invalid_request and status == 404:
         first += " (HTTP 404: no such endpoint or model; OpenAI-compatible servers usually want --api-base ending in /v1)"
     elif invalid_request and status == 400 and re.search(r"image", first, re.I):

@@ -69,6 +69,34 @@ def save_program(module_obj: Any, module: str, path: str | Path, **metadata) -> 
     return path
 
 
+def check_program_target(path: str | Path) -> Path:
+    """`path` if a program can be written there (its folder is created if missing), else ProgramError:
+    `agentic-iqa compile` checks its --out before spending any LM call on the compile."""
+    path = Path(path)
+    if path.is_dir() or (path.exists() and not path.is_file()):
+        raise ProgramError(f"cannot write the program to {path}: it exists and is not a regular file; "
+                           "pass a .json file name or a folder (--out)")
+    for folder in (path.parent, *path.parent.parents):
+        if folder.exists() or folder.is_symlink():
+            if not folder.is_dir():
+                raise ProgramError(f"cannot write the program to {path}: {folder} is not a folder; choose another --out")
+            break
+    if path.is_file() and path.stat().st_size:
+        try:
+            read_program(path)
+        except ProgramError:
+            raise ProgramError(f"cannot write the program to {path}: the file exists and is not a compiled program "
+                               "(fixtures? an image?); choose another --out") from None
+    probe = path.with_suffix(path.suffix + ".tmp")  # the name save_program writes first
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise ProgramError(f"cannot write the program to {path}: {exc.strerror or exc}; choose another --out") from None
+    return path
+
+
 def read_program(path: str | Path) -> tuple[dict, dict]:
     from iqa_tools.files import read_regular_file
 

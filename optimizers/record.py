@@ -173,6 +173,12 @@ def lines_from_trace(
             line["final_answer"] = answer if answer is not None else result.get("final_answer")
         if (mode == "score" and level) or (mode == "explain" and answer is not None):
             line["label_source"] = "user"
+        elif mode == "score" and answer is not None:
+            out.warnings.append(f"summarize: --answer is for question traces; this one rates quality (score mode), "
+                                f"so the pipeline's level {line['level']} was recorded: pass --level A-E to label it")
+        elif mode == "explain" and level:
+            out.warnings.append("summarize: --level is for quality-rating traces; this one answers a question, so "
+                                "the pipeline's answer was recorded: pass --answer to label it")
         candidates["summarize"] = line
 
     for module, fields in candidates.items():

@@ -203,6 +203,13 @@ def test_fingerprint_counts_what_changes_answers_only(tmp_path):
     slow = load_settings(tmp_path)
     slow.backends.planner.timeout, slow.backends.planner.num_retries = 600, 9
     assert config_fingerprint(slow) == fp  # resuming with a longer timeout must not redo finished items
+    # The other transport settings alike: "raise call_budget or timeout" is what a budget error says to do,
+    # and resuming after that re-ran (and duplicated) every finished item; lm_history is for debugging.
+    for role in ("planner", "executor", "summarizer"):
+        r = slow.backends.role(role)
+        r.call_budget, r.max_retry_after, r.max_reply_bytes, r.api_key_env = 900, 120, 16 << 20, "MY_KEY"
+    slow.pipeline.lm_history = True
+    assert config_fingerprint(slow) == fp
     prog = tmp_path / "planner.json"
     prog.write_text('{"a": 1}')
     with_prog = load_settings(tmp_path, programs={"planner": str(prog)})
@@ -285,6 +292,41 @@ def test_a_file_that_is_not_ours_is_refused(tmp_path):
     with pytest.raises(BatchError, match="does not look like an agentic-iqa results file"):
         ResultsFile(path).open(resume=True)
     assert path.read_text() == '{"hello": "world"}\n{"x": 1}\n'  # untouched
+
+
+def test_a_file_that_is_not_a_results_file_is_never_overwritten(tmp_path):
+    # `assess a.jpg b.jpg --out c.jpg` (a slip for c.jsonl): the refusal advised --overwrite, and
+    # --overwrite then truncated the photo. A file with no result lines is refused either way.
+    photo = tmp_path / "c.jpg"
+    write_test_image(photo, size=(64, 48))
+    before = photo.read_bytes()
+    with pytest.raises(BatchError) as err:
+        ResultsFile(photo).open()
+    assert "--overwrite to start over" not in str(err.value) and "not an agentic-iqa results file" in str(err.value)
+    with pytest.raises(BatchError, match="not an agentic-iqa results file"):
+        ResultsFile(photo).open(overwrite=True)
+    assert photo.read_bytes() == before
+    with pytest.raises(BatchError, match="not look like an agentic-iqa results file"):
+        ResultsFile(photo).open(resume=True)
+    assert photo.read_bytes() == before  # before, --resume cut the photo's tail off (a "partial last line") first
+    first_write_cut = tmp_path / "r.jsonl"  # a crash inside the very first write: still ours, repaired
+    first_write_cut.write_bytes(b'{"key":"abc","identity":"x","sta')
+    with ResultsFile(first_write_cut) as rf:
+        assert rf.open(resume=True).repaired_bytes == 32
+    assert first_write_cut.read_bytes() == b""
+    notes = tmp_path / "notes.jsonl"
+    notes.write_text('{"hello": "world"}\n')
+    with pytest.raises(BatchError, match="not an agentic-iqa results file"):
+        ResultsFile(notes).open(overwrite=True)
+    assert notes.read_text() == '{"hello": "world"}\n'
+
+
+@pytest.mark.parametrize("special", ["/dev/null", "/dev/full"])
+def test_a_device_as_the_results_file_is_refused(special):
+    # Before: "batch failed: OSError: [Errno 22] Invalid argument" (/dev/null) or "[Errno 28] No space
+    # left on device" (/dev/full), exit 1, after the batch had started.
+    with pytest.raises(BatchError, match=f"--out {special} is not a regular file"):
+        ResultsFile(special).open()
 
 
 def test_records_are_strict_json(tmp_path, settings, registry):
@@ -455,6 +497,27 @@ def test_resume_runs_only_what_is_missing_and_replaces_changed_files(tmp_path, s
     assert third.status == "ok"
 
 
+def test_resume_with_another_configuration_says_why_nothing_was_skipped(tmp_path, settings, registry):
+    # Results are keyed by configuration: resuming with another model, server or fusion setting runs
+    # every item again beside the old lines. Before, nothing said so: the user saw a full re-run and a
+    # results file with two lines per image.
+    imgs = images(tmp_path / "in", 2)
+    out = tmp_path / "r.jsonl"
+    items = [BatchItem(image=str(p)) for p in imgs]
+    assessor, _ = canned_assessor(settings, registry)
+    run_batch(items, out, assessor)
+    same = run_batch(items, out, assessor, resume=True)
+    assert same.already_done == 2 and not any("another configuration" in n for n in same.notes)
+
+    other_settings = load_settings(tmp_path, cache={"enabled": False}, fusion={"prob_mode": "uniform"})
+    other, _ = canned_assessor(other_settings, registry)
+    again = run_batch(items, out, other, resume=True)
+    assert again.already_done == 0 and again.ran == 2
+    note = next(n for n in again.notes if "another configuration" in n)
+    assert "2 earlier result line(s)" in note and "--out" in note, note
+    assert len(lines(out)) == 4
+
+
 def test_duplicates_in_the_input_are_assessed_once(tmp_path, settings, registry):
     (img,) = images(tmp_path, 1)
     assessor, vlm = canned_assessor(settings, registry)
@@ -542,6 +605,10 @@ def test_cli_manifest_batch_with_text_summary(tmp_path):
     (["A", "B", "--out", "DIR"], "is a directory"),
     (["A", "B", "--out", "OUT", "--resume", "--overwrite"], "contradict"),
     ([], "nothing to assess"),
+    # One image: the Ray engine and its sizes are for batches (before: silently ignored, run locally).
+    (["A", "--engine", "ray"], "--engine ray is for batches"),
+    (["A", "--actors", "2"], "--actors: only with --engine ray"),
+    (["A", "--engine", "foo"], "--engine must be local or ray"),
 ])
 def test_cli_batch_usage_errors_are_one_line(tmp_path, args, message):
     a, b = images(tmp_path, 2)

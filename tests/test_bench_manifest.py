@@ -94,3 +94,19 @@ def test_kadid_csv_converter(folder):
     bad.write_text("dist_img,ref_img,dmos,var\nweird.png,I01.png,1,1\n")
     with pytest.raises(ValueError, match="unexpected KADID image name"):
         kadid_to_manifest(bad)
+
+
+def test_a_plain_list_of_paths_is_refused_as_a_whole_with_the_way_to_pass_it(folder):
+    # A new user's first try: `assess --manifest list.txt` with one path per line. Before, every line
+    # became its own "bad JSON: Expecting value at column 1" (a 10,000-line list: 10,000 such lines).
+    path = folder / "list.txt"
+    path.write_text("img/a.png\nimg/b.png\n\n# a comment\n")
+    with pytest.raises(ValueError) as err:
+        read_manifest(path, require_target=False)
+    msg = str(err.value)
+    assert msg.startswith(f"manifest {path}: no line is a JSON object") and "line 1" in msg
+    assert '{"image": ' in msg and "pass the image paths as arguments" in msg
+    # One good row among bad lines is still a manifest: its bad lines are problems, as before.
+    path.write_text('img/a.png\n{"image": "img/b.png"}\n')
+    rows, problems = read_manifest(path, require_target=False)
+    assert [r.image for r in rows] == ["img/b.png"] and [p.line for p in problems] == [1]

@@ -268,6 +268,50 @@ def test_cli_compile_errors_are_one_clear_line(tmp_path, monkeypatch):
     assert res.exit_code == 2 and "OPENAI_API_KEY" in res.output and "--lm demo" in res.output, res.output
 
 
+def test_cli_compile_checks_the_output_path_before_spending_lm_calls(tmp_path, monkeypatch):
+    # Before, an --out that cannot be written failed only after the whole compile (every LM call spent)
+    # with "compile failed: FileNotFoundError …" (exit 1); /dev/full gave "FileExistsError: File exists".
+    import optimizers.runner
+
+    def no_compile(*args, **kwargs):
+        raise AssertionError("compiled before the output path was checked")
+
+    monkeypatch.setattr(optimizers.runner, "compile_module", no_compile)
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("x")
+    for out, expected in ((a_file / "planner.json", "notes.txt is not a folder"),
+                          (a_file / "sub" / "planner.json", "notes.txt is not a folder")):
+        res = runner.invoke(app, ["compile", "-m", "planner", "--lm", "demo", "--out", str(out),
+                                  "--config", str(tmp_path)])
+        assert res.exit_code == 2, res.output
+        assert "cannot write the program to" in res.output and expected in res.output, res.output
+        assert "Traceback" not in res.output and "compile failed" not in res.output
+    assert a_file.read_text() == "x"
+    # An existing file that is not a compiled program (the fixtures themselves, an image) is not replaced.
+    notes = tmp_path / "planner.json"
+    notes.write_text('{"id": "a"}\n')
+    res = runner.invoke(app, ["compile", "-m", "planner", "--lm", "demo", "--out", str(notes), "--config", str(tmp_path)])
+    assert res.exit_code == 2 and "is not a compiled program" in " ".join(res.output.split()), res.output
+    assert notes.read_text() == '{"id": "a"}\n'
+
+
+def test_cli_compile_says_when_the_model_gave_no_usable_answer(tmp_path):
+    # A server answering prose (or a wrong model) made every validation answer fail; the table said
+    # "0.000 → 0.000" as if the model had been scored, and nothing else. The failures are now counted
+    # in --json and stated under the table. DSPy's own INFO lines ("Average Metric: …") are --verbose only.
+    with FakeOpenAIServer(scripted({r: "not JSON at all" for r in ("plan",)})) as srv:
+        args = ["compile", "-m", "planner", "--lm", "openai/fake", "--api-base", srv.base_url,
+                "--config", str(tmp_path)]
+        res = runner.invoke(app, [*args, "--out", str(tmp_path / "p.json")])
+        as_json = runner.invoke(app, [*args, "--out", str(tmp_path / "q.json"), "--json"])
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())
+    assert "planner: 18 of 18 validation answers before compiling and 18 of 18 after were unusable" in text, text
+    assert "INFO dspy" not in res.output
+    (row,) = json.loads(as_json.stdout)
+    assert (row["failures_before"], row["failures_after"]) == (18, 18)
+
+
 def test_assess_with_a_compiled_program_sends_its_demos_to_the_model(tmp_path, planner_data, catalog):
     program = compile_module("planner", planner_data, lm=None, options=CompileOptions("labeled", max_demos=2),
                              catalog=catalog).save(tmp_path / "planner.json")
@@ -329,3 +373,55 @@ def test_evaluate_runs_threads_in_the_callers_context_and_raises_the_first_error
 
     with dspy.context(lm=demo_lm([], engine=engine)), pytest.raises(KeyError, match="the part broke"):
         evaluate({"plan": Broken()}, planner_data.val, tool_modes=catalog.modes, threads=2)
+
+
+@pytest.mark.parametrize("sigint", ["default", "ignored"])
+def test_ctrl_c_stops_a_compile_at_once_with_an_lm_call_in_flight(tmp_path, sigint):
+    # The model takes 10 minutes to answer. Before, Ctrl-C ended `compile` with no word (exit 130 and
+    # only the progress line), and a compile started as a script's background job (`cmd &`, which
+    # inherits SIGINT ignored) did not stop at all. Now both stop at once, saying so.
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from fake_openai import Reply
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    env.pop("OPENAI_API_KEY", None)
+    ignore = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint == "ignored" else None
+    with FakeOpenAIServer(lambda body: Reply(content="late", delay=600.0)) as srv:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", "from agentic_iqa.cli import main; main()", "compile", "-m", "planner",
+             "--lm", "openai/fake", "--api-base", srv.base_url, "--config", str(tmp_path),
+             "--out", str(tmp_path / "p.json")],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, preexec_fn=ignore)
+        deadline = time.monotonic() + 120
+        while not srv.requests:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        try:
+            out, err = proc.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise AssertionError("compile was still running 20 s after Ctrl-C")
+    assert proc.returncode == 130, (out, err)
+    assert "interrupted: compile stopped" in err and "Traceback" not in err, err
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_cli_compile_with_an_unreachable_server_is_one_clear_line(tmp_path):
+    # Before: "error: compile failed: LMTransportError: … Connection refused" with exit 1, the code for
+    # an unforeseen failure; an LM that cannot be reached is the user's setup, as for a batch (exit 2).
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    res = runner.invoke(app, ["compile", "-m", "planner", "--lm", "openai/fake", "--api-base",
+                              f"http://127.0.0.1:{port}/v1", "--config", str(tmp_path), "--out", str(tmp_path / "p.json")])
+    text = " ".join(res.output.split())
+    assert res.exit_code == 2, res.output
+    assert "the LM could not be reached" in text and "Connection refused" in text and "--api-base" in text, text
+    assert "compile failed" not in text and not (tmp_path / "p.json").exists()

@@ -93,3 +93,28 @@ def test_record_refuses_files_that_are_not_saved_assessments(tmp_path):
     assert res.exit_code == 2 and "not a saved assessment" in res.output
     res = runner.invoke(app, ["fixtures", "record", str(tmp_path / "missing.json")])
     assert res.exit_code == 2 and "does not exist" in res.output
+
+
+def test_a_label_for_the_other_mode_is_said_to_be_unused(tmp_path, trace):
+    # The trace rates quality (score mode): --answer labels question traces. Before, it was dropped
+    # without a word and the pipeline's own level was recorded in its place.
+    path, result = trace
+    res = runner.invoke(app, ["fixtures", "record", str(path), "--out", str(tmp_path / "fx"), "-m", "summarize",
+                              "--answer", "B"])
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())
+    assert "warning:" in text and "--answer is for question traces" in text and "--level" in text, text
+    line = load_fixture_file("summarize", tmp_path / "fx" / "summarize.jsonl").lines[0]
+    assert line.level == result.result.level and line.label_source.startswith("recorded")
+
+
+def test_record_into_a_file_instead_of_a_folder_is_one_line(tmp_path, trace):
+    # Before: a traceback ending "NotADirectoryError: [Errno 20] Not a directory: 'notes.txt/images'".
+    path, _ = trace
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine")
+    res = runner.invoke(app, ["fixtures", "record", str(path), "--out", str(notes)])
+    assert res.exit_code == 2, res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
+    assert "notes.txt is a file, not a folder" in " ".join(res.output.split()), res.output
+    assert notes.read_text() == "mine"

@@ -180,6 +180,10 @@ def test_environment_is_read_by_one_pydantic_settings_class_listed_in_the_readme
     ("AGENTIC_IQA_OFFLINE", "maybe", "AGENTIC_IQA_OFFLINE='maybe': expected 1/0"),
     ("AGENTIC_IQA_BACKEND", "cloud", "AGENTIC_IQA_BACKEND='cloud'"),
     ("AGENTIC_IQA_PROB_MODE", "softmax", "AGENTIC_IQA_PROB_MODE='softmax'"),
+    # Read by iqa_tools.backend, which silently ignored a bad value (e.g. TORCH_THREADS=abc ran on 1 thread).
+    ("AGENTIC_IQA_TORCH_THREADS", "abc", "AGENTIC_IQA_TORCH_THREADS='abc': expected a positive whole number"),
+    ("AGENTIC_IQA_TORCH_THREADS", "-3", "AGENTIC_IQA_TORCH_THREADS='-3': expected a positive whole number"),
+    ("AGENTIC_IQA_MALLOC_TUNING", "x", "AGENTIC_IQA_MALLOC_TUNING='x': expected 1/0"),
 ])
 def test_bad_environment_values_name_the_variable(monkeypatch, var, value, needle):
     monkeypatch.setenv(var, value)
@@ -197,3 +201,61 @@ def test_debug_switch_is_read_through_settings_and_never_fails(monkeypatch):
     monkeypatch.delenv("AGENTIC_IQA_MAX_PIXELS")
     monkeypatch.setenv("AGENTIC_IQA_DEBUG", "0")
     assert not debug_enabled()
+
+
+@pytest.mark.parametrize("where", ["env", "file"])
+def test_lm_flag_under_an_offline_backend_is_said_to_be_ignored(tmp_path, monkeypatch, where):
+    # AGENTIC_IQA_BACKEND=offline (or `backend: offline` in pipeline.yaml) wins over --lm, which is
+    # another key; before, `assess --lm MODEL` then answered offline without a word.
+    from typer.testing import CliRunner
+
+    from agentic_iqa.cli import app
+
+    if where == "env":
+        monkeypatch.setenv("AGENTIC_IQA_BACKEND", "offline")
+        needle = "AGENTIC_IQA_BACKEND"
+    else:
+        (tmp_path / "pipeline.yaml").write_text("backend: offline\n")
+        needle = "pipeline.yaml"
+    r = CliRunner().invoke(app, ["assess", "example:chelsea", "--lm", "openai/gpt-4o", "--config", str(tmp_path),
+                                 "--no-cache"])
+    assert r.exit_code == 0, r.output
+    err = " ".join(r.stderr.split())
+    assert "--lm is ignored: the backend is 'offline'" in err and needle in err, err
+    r = CliRunner().invoke(app, ["assess", "example:chelsea", "--lm", "openai/gpt-4o", "--offline",
+                                 "--config", str(tmp_path), "--no-cache"])
+    assert "--lm is ignored" not in r.stderr  # asked for in the same command: nothing to point out
+
+
+def test_a_refused_value_reads_without_pydantics_prefix(tmp_path):
+    # Before: "setting `image_transport`: Value error, image_transport 'png' is not one of: …" (also
+    # for a file); the manifest, tool-table and fixture readers already dropped the prefix.
+    with pytest.raises(ConfigError) as err:
+        load_settings(tmp_path, image_transport="png")
+    assert "Value error" not in str(err.value) and "image_transport 'png' is not one of" in str(err.value)
+    (tmp_path / "pipeline.yaml").write_text("image_transport: png\n")
+    with pytest.raises(ConfigError) as err:
+        load_settings(tmp_path)
+    assert "Value error" not in str(err.value) and "pipeline.yaml: `image_transport`: image_transport 'png'" in str(err.value)
+
+
+def test_a_misspelt_variable_is_pointed_out(monkeypatch):
+    # AGENTIC_IQA_DEVICES=cpu (for AGENTIC_IQA_DEVICE) did nothing and said nothing.
+    from typer.testing import CliRunner
+
+    from agentic_iqa.cli import app
+    from agentic_iqa.config import unknown_env_vars
+
+    monkeypatch.setenv("AGENTIC_IQA_DEVICES", "cpu")
+    monkeypatch.setenv("AGENTIC_IQA_SOMETHING_ELSE", "1")
+    found = dict(unknown_env_vars())
+    assert found == {"AGENTIC_IQA_DEVICES": "AGENTIC_IQA_DEVICE", "AGENTIC_IQA_SOMETHING_ELSE": None}
+    r = CliRunner().invoke(app, ["assess", "example:chelsea", "--offline", "--no-cache"])
+    assert r.exit_code == 0, r.output
+    err = " ".join(r.stderr.split())
+    assert "warning: AGENTIC_IQA_DEVICES is not a variable agentic-iqa reads (did you mean AGENTIC_IQA_DEVICE?)" in err, err
+    assert "warning: AGENTIC_IQA_SOMETHING_ELSE is not a variable agentic-iqa reads" in err
+    monkeypatch.delenv("AGENTIC_IQA_DEVICES")
+    monkeypatch.delenv("AGENTIC_IQA_SOMETHING_ELSE")
+    monkeypatch.setenv("AGENTIC_IQA_RAY_ACTORS", "2")  # read by --engine ray runs: known
+    assert unknown_env_vars() == []

@@ -310,6 +310,22 @@ def test_a_model_string_without_a_known_provider_is_one_clear_cli_error(tmp_path
     assert res.exit_code == 2 and "provider/model" in res.output and "Traceback" not in res.output, res.output
 
 
+@pytest.mark.parametrize("model", ["openai/", "OpenAI/gpt-4o"])
+def test_a_malformed_model_string_says_how_to_write_it_once(tmp_path, images, model):
+    # Before: "planner: model 'openai/': model 'openai/' has a provider prefix but no model id after
+    # it" (the name twice, no example), and for "OpenAI/gpt-4o" advice to write provider/model, which
+    # it is: the provider name is lower case.
+    from typer.testing import CliRunner
+
+    from agentic_iqa.cli import app
+
+    res = CliRunner().invoke(app, ["assess", str(images[0]), "--lm", model, "--config", str(tmp_path)])
+    text = " ".join(res.output.split())
+    assert res.exit_code == 2 and "Traceback" not in text, text
+    assert text.count(repr(model)) + text.count(f"[{model}]") == 1, text
+    assert "openai/gpt-4o" in text and ("lower case" in text or model == "openai/"), text
+
+
 def test_a_dead_server_trips_the_circuit_breaker(tmp_path, registry):
     """Issue 11 part 4: against a dead server, a batch stops taking items after UNREACHABLE_STREAK items
     in a row found it unreachable, instead of every item waiting through the timeout and retries."""
@@ -347,3 +363,24 @@ def test_one_unreachable_item_among_answered_ones_does_not_stop_the_batch(tmp_pa
     assert summary.stopped is None and summary.ran == len(imgs)
     records = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text(encoding="utf-8").splitlines()]
     assert sum(r["backend"].startswith("offline analyst (LM unreachable") for r in records) == 2
+
+
+def test_a_long_error_in_a_fallback_line_is_cut_at_a_word_and_marked():
+    # A gateway's HTML page is quoted in DSPy's long "not JSON" message; the fallback line (and the
+    # "LM unreachable" reason) keep 200 characters. Before, the cut fell mid-sentence with nothing to
+    # show it: "... A gateway or  → rule-based plan".
+    from types import SimpleNamespace
+
+    from agentic_iqa.graph import _fell_back
+    from agentic_iqa.state import Trace, fallbacks as fallback_lines
+
+    message = ("[openai/fake] the reply (HTTP 200, text/html, 41 bytes) is not JSON: Expecting value: line 1 column 1 "
+               "(char 0). Body starts: '<html><body>502 Bad Gateway</body></html>'. A gateway or proxy in front of "
+               "the provider is the usual cause; the request may or may not have been served.")
+    ctx = SimpleNamespace(trace=Trace())
+    _fell_back("planner", ctx, RuntimeError(message), "rule-based plan")
+    (line,) = fallback_lines(ctx.trace.events)
+    why = line.removeprefix("planner: ").split(" → ")[0]
+    assert why.endswith("…") and len(why) <= 201, why
+    assert not why.endswith(" …") and "  " not in line, line
+    assert message.startswith(why[:-1].removeprefix("RuntimeError: ")), why

@@ -71,6 +71,70 @@ def test_slow_server_the_budget_bounds_the_call_retries_included():
     assert lm_unreachable(err)  # a timeout for every purpose: the offline analyst takes over
 
 
+def test_a_server_trickling_its_reply_cannot_outlast_the_budget():
+    # Headers at once, then one byte a second of a body announced as 100 kB: every read gets a byte
+    # within the 0.5 s read timeout, so only the call's wall-clock budget can end it. Before, the sync
+    # path waited as long as the server kept trickling (the async path was bounded by wait_for).
+    import socket
+    import time
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    stop = threading.Event()
+
+    def trickle(conn):
+        with conn:
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n")
+            while not stop.is_set():
+                try:
+                    conn.sendall(b" ")
+                except OSError:
+                    return
+                time.sleep(0.2)
+
+    def serve():
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=trickle, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    port = listener.getsockname()[1]
+    try:
+        lm = build_lm(RoleLM(model="openai/fake-vlm", api_base=f"http://127.0.0.1:{port}/v1",
+                             timeout=0.5, num_retries=2, call_budget=1.5))
+        started = time.monotonic()
+        _, err = call_bounded(lambda: lm("hello"), limit=20)
+        took = time.monotonic() - started
+    finally:
+        stop.set()
+        listener.close()
+    assert type(err).__name__ == "LMBudgetExceeded", err
+    assert "call budget of 1.5 s" in str(err)
+    assert took < 10, took
+    assert lm_unreachable(err)
+
+
+def test_a_read_timeout_names_the_setting_to_raise():
+    # DSPy's read-timeout message advised "raise it with Timeouts(read=...)", an API no user of ours
+    # sees; `compile` printed it as is. It now names our settings, and stays a transport failure.
+    import asyncio
+
+    with FakeOpenAIServer(lambda body: Reply(content="late", delay=3.0)) as srv:
+        lm = lm_for(srv, timeout=0.25, num_retries=0, call_budget=30)
+        _, err = call_bounded(lambda: lm("hello"))
+        _, aerr = call_bounded(lambda: asyncio.run(lm.acall("hello")))
+    for e in (err, aerr):
+        assert type(e).__name__ == "LMTransportError", e
+        assert "Timeouts(read" not in str(e) and "lm15" not in str(e), e
+        assert "raise timeout" in str(e) and "configs/model_backends.yaml" in str(e), e
+        assert "read timed out" in str(e) and lm_unreachable(e)
+
+
 def test_retry_after_of_an_hour_is_capped_and_the_call_then_succeeds():
     replies = iter([Reply(status=429, headers={"Retry-After": HOUR}), Reply(content="fine")])
     with FakeOpenAIServer(lambda body: next(replies)) as srv:

@@ -65,6 +65,21 @@ def test_save_trace_replaces_the_file_whole(tmp_path, image):
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".t.json")] == []
 
 
+def test_save_trace_never_replaces_the_image_or_its_reference(tmp_path, image):
+    # `assess photo.jpg --save-trace photo.jpg` replaced the photo by the JSON trace (exit 0).
+    photo = tmp_path / "photo.jpg"
+    photo.write_bytes(image.read_bytes())
+    ref = tmp_path / "ref.jpg"
+    ref.write_bytes(image.read_bytes())
+    for args, target in (([str(photo)], photo), ([str(photo), "--reference", str(ref)], ref),
+                         ([str(photo)], tmp_path / "." / "photo.jpg")):
+        r = _offline(*args, "--save-trace", str(target))
+        assert r.exit_code == 2, r.output
+        assert "--save-trace" in r.output and "would replace the" in " ".join(r.output.split()), r.output
+        assert "Level" not in r.output  # refused before assessing
+    assert photo.read_bytes() == ref.read_bytes() == image.read_bytes()
+
+
 def test_a_file_name_that_is_not_utf8_works_in_json_trace_and_batch(tmp_path, image):
     odd = Path(os.fsdecode(bytes(tmp_path) + b"/odd-\xff\xfe.jpg"))
     try:

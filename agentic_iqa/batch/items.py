@@ -202,16 +202,22 @@ def _sha256_file(path: Path) -> Optional[str]:
     return h.hexdigest()
 
 
+#: Role settings that change how a model is reached, not what it answers (left out of the fingerprint).
+_TRANSPORT_KEYS = ("num_retries", "timeout", "call_budget", "max_retry_after", "max_reply_bytes", "api_key_env")
+
+
 def config_fingerprint(settings: Settings) -> str:
     """A short hash of everything in the configuration that can change an answer.
 
-    Left out: where the cache lives and transport settings (retries, timeouts) — resuming with a
-    longer timeout must not redo finished items. Compiled programs and extra tool tables count by
-    content, not by path."""
-    data = settings.model_dump(mode="json", exclude={"config_dir": True, "config_files": True, "pipeline": {"cache"}})
+    Left out: where the cache lives, DSPy's debugging history and how the model is reached (retries,
+    timeouts, the call budget, Retry-After cap, reply-size cap, which variable holds the key) —
+    resuming with a longer timeout or budget must not redo finished items. Compiled programs and extra
+    tool tables count by content, not by path."""
+    data = settings.model_dump(mode="json", exclude={"config_dir": True, "config_files": True,
+                                                      "pipeline": {"cache", "lm_history"}})
     for role in data["backends"].values():
-        role.pop("num_retries", None)
-        role.pop("timeout", None)
+        for transport in _TRANSPORT_KEYS:
+            role.pop(transport, None)
     files = {
         str(p): _sha256_file(Path(p)) or "missing"
         for p in [*settings.pipeline.programs.values(), *settings.pipeline.tools.extra_tables]

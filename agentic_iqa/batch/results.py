@@ -114,6 +114,9 @@ class ResultsFile:
     def open(self, *, resume: bool = False, overwrite: bool = False) -> ResumeState:
         if self.path.is_dir():
             raise BatchError(f"--out {self.path} is a directory; give a file name such as {self.path / 'results.jsonl'}")
+        if os.path.lexists(self.path) and not self.path.is_file():
+            raise BatchError(f"--out {self.path} is not a regular file (a device, FIFO, socket or broken link); "
+                             "give a file name such as results.jsonl")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         created = not self.path.exists()
         try:
@@ -125,6 +128,11 @@ class ResultsFile:
         if created:
             _fsync_dir(self.path.parent)  # the new file's name survives a crash too
         size = os.fstat(fd).st_size
+        if size and not (resume and not overwrite) and not self._starts_with_a_record():
+            # Never clobbered, never offered to: `--out c.jpg` for `c.jsonl` must not cost the photo.
+            self.close()
+            raise BatchError(f"{self.path} is not an agentic-iqa results file (it does not start with a result line); "
+                             "choose another --out (--overwrite only replaces a results file)")
         if size and overwrite:
             os.ftruncate(fd, 0)
             os.fsync(fd)
@@ -149,6 +157,13 @@ class ResultsFile:
             os.close(fd)
             raise BatchError("another agentic-iqa batch is writing this results file; wait for it or choose another --out") from None
 
+    def _starts_with_a_record(self) -> bool:
+        """Whether the file's first line is one of our records (or the cut-off start of one)."""
+        with open(self.path, "rb") as fh:
+            head = fh.read(1 << 20).lstrip()
+        first = head.split(b"\n", 1)[0]
+        return _parse_record(first) is not None or (b"\n" not in head and head.startswith(b'{"key":'))
+
     def _read_and_repair(self) -> ResumeState:
         assert self._fd is not None
         state = ResumeState()
@@ -156,19 +171,9 @@ class ResultsFile:
             data = fh.read()
         body, sep, tail = data.rpartition(b"\n")
         complete = body + sep
-        if tail:
-            rec = _parse_record(tail)
-            if rec is not None:
-                # A whole record that lacks only its newline (e.g. the file was edited): keep it.
-                self._write_all(b"\n")
-                complete = data + b"\n"
-                state.completed_partial = True
-            else:
-                # Our writer puts a record and its newline in one write; a crash inside that write
-                # leaves a prefix. Cut it off; that item is simply run again.
-                os.ftruncate(self._fd, len(complete))
-                os.fsync(self._fd)
-                state.repaired_bytes = len(tail)
+        last = _parse_record(tail) if tail else None
+        if last is not None:
+            complete = data + b"\n"  # a whole record that lacks only its newline (e.g. the file was edited)
         lines = complete.split(b"\n")[:-1] if complete else []
         for line in lines:
             if not line.strip():
@@ -178,9 +183,20 @@ class ResultsFile:
                 state.unreadable_lines += 1
             else:
                 state.records.append(rec)
-        if lines and not state.records and state.unreadable_lines:
+        ours_cut_off = tail.lstrip().startswith(b'{"key":')  # a crash during the very first write
+        if not state.records and (state.unreadable_lines or (tail and not ours_cut_off)):
+            # Checked before any repair below writes: a file that is not ours is left exactly as it was.
             self.close()
             raise BatchError(f"{self.path} does not look like an agentic-iqa results file (no result records in it); choose another --out")
+        if last is not None:
+            self._write_all(b"\n")  # keep that record
+            state.completed_partial = True
+        elif tail:
+            # Our writer puts a record and its newline in one write; a crash inside that write leaves a
+            # prefix. Cut it off; that item is simply run again.
+            os.ftruncate(self._fd, len(complete))
+            os.fsync(self._fd)
+            state.repaired_bytes = len(tail)
         return state
 
     # -- writing ---------------------------------------------------------------------------------

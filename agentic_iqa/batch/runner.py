@@ -377,6 +377,12 @@ def plan_batch(
     if summary.duplicates:
         summary.notes.append(f"{summary.duplicates} item(s) appear more than once in the input; each is assessed once")
     to_run, replace, counts = plan_resume(unique, state, retry_failed=retry_failed)
+    other_config = sum(1 for r in state.records if r.get("config") not in (None, "", fingerprint))
+    if other_config:
+        summary.notes.append(
+            f"{other_config} earlier result line(s) in the results file were made with another configuration "
+            "(model, server, fusion, programs, …): kept, not reused, so their items run again beside them; "
+            "use another --out to keep runs apart")
     summary.already_done, summary.failed_before = counts["already_done"], counts["failed_before"]
     if summary.failed_before:
         summary.notes.append(f"{summary.failed_before} item(s) failed in an earlier run and were not retried (pass --retry-failed)")

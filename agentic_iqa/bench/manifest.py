@@ -171,6 +171,7 @@ def read_manifest(path: str | Path, check_files: bool = True, require_target: bo
     rows: list[ManifestRow] = []
     problems: list[ManifestProblem] = []
     seen: set[str] = set()
+    objects = 0  # lines that are JSON objects
     raw = read_regular_file(path, f"manifest {path}", MAX_MANIFEST_BYTES, "a manifest")
     try:
         lines = raw.decode("utf-8").split("\n")
@@ -189,6 +190,7 @@ def read_manifest(path: str | Path, check_files: bool = True, require_target: bo
         if not isinstance(data, dict):
             problems.append(ManifestProblem(lineno, "a row must be a JSON object"))
             continue
+        objects += 1
         try:
             row = ManifestRow.model_validate(data, context={"require_target": require_target})
         except ValidationError as exc:
@@ -203,6 +205,11 @@ def read_manifest(path: str | Path, check_files: bool = True, require_target: bo
             continue
         seen.add(row.id)
         rows.append(row)
+    if problems and not objects:
+        # Not a manifest at all (e.g. a plain list of paths): one line, not one problem per line.
+        raise ValueError(
+            f"manifest {path}: no line is a JSON object ({problems[0]}); a manifest is JSONL, one object per line "
+            'such as {"image": "photos/a.jpg"}; to assess a plain list of images, pass the image paths as arguments')
     return rows, problems
 
 

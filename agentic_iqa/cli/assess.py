@@ -77,12 +77,22 @@ def assess_command(
     if resume and overwrite:
         fail("--resume and --overwrite contradict each other; choose one")
     is_batch = manifest is not None or out is not None or len(images) > 1 or (len(images) == 1 and Path(images[0]).is_dir())
+    if engine not in {"local", "ray"}:
+        fail(f"--engine must be local or ray (got {engine!r})")
+    ray_only = [name for name, given in (("--address", address is not None), ("--format", fmt != "jsonl"),
+                                         ("--actors", actors is not None), ("--ray-batch-size", ray_batch_size is not None),
+                                         ("--gpus-per-worker", gpus_per_worker is not None),
+                                         ("--lm-max-in-flight", lm_max_in_flight is not None)) if given]
     if not is_batch:
         if not images:
             fail("nothing to assess: give an image (or several, or a folder, or --manifest FILE with --out FILE)")
         for flag, given in (("--resume", resume), ("--retry-failed", retry_failed), ("--overwrite", overwrite)):
             if given:
                 fail(f"{flag} is for batches: it needs --out results.jsonl")
+        if engine == "ray":
+            fail("--engine ray is for batches: it needs --out (a folder of result shards); one image runs here")
+        if ray_only:
+            _refuse_ray_only(ray_only)
         _single(images[0], query, reference, lm, api_base, config, offline, mode, program, no_cache,
                 resize_reference, as_json, save_trace, verbose, tool_options)
         return
@@ -93,8 +103,6 @@ def assess_command(
         fail("--save-trace is for one image; in a batch, pass --with-trace to keep traces in the results file")
     if manifest is not None and images:
         fail("give either images/folders or --manifest, not both")
-    if engine not in {"local", "ray"}:
-        fail(f"--engine must be local or ray (got {engine!r})")
     cluster = {"actors": actors, "batch_size": ray_batch_size, "gpus_per_worker": gpus_per_worker,
                "lm_max_in_flight": lm_max_in_flight}
     if engine == "ray":
@@ -104,15 +112,15 @@ def assess_command(
                    resize_reference, as_json, recursive, resume, retry_failed, overwrite, concurrency, allow_absolute,
                    address, fmt, tool_options, cluster, with_trace, no_progress or as_json)
         return
-    ray_only = [name for name, given in (("--address", address is not None), ("--format", fmt != "jsonl"),
-                                         ("--actors", actors is not None), ("--ray-batch-size", ray_batch_size is not None),
-                                         ("--gpus-per-worker", gpus_per_worker is not None),
-                                         ("--lm-max-in-flight", lm_max_in_flight is not None)) if given]
     if ray_only:
-        fail(f"{', '.join(ray_only)}: only with --engine ray (add --engine ray, or leave {'them' if len(ray_only) > 1 else 'it'} out)")
+        _refuse_ray_only(ray_only)
     _batch(images, manifest, out, query, reference, lm, api_base, config, offline, mode, program, no_cache,
            resize_reference, as_json, recursive, resume, retry_failed, overwrite, concurrency, allow_absolute,
            with_trace, no_progress or as_json, tool_options)
+
+
+def _refuse_ray_only(flags: List[str]) -> None:
+    fail(f"{', '.join(flags)}: only with --engine ray (add --engine ray, or leave {'them' if len(flags) > 1 else 'it'} out)")
 
 
 _FLAG_WORDS = {"true", "false", "yes", "no", "on", "off", "1", "0"}
@@ -131,6 +139,7 @@ def _settings(lm, api_base, config, offline, programs, tool_options=(None, None,
     from agentic_iqa.cli.common import with_tool_options
     from agentic_iqa.config import load_settings
     from agentic_iqa.programs import read_program
+    from rich.markup import escape
 
     device, weights_dir, transport = (*tool_options, None)[:3]
     overrides = {"image_transport": transport} if transport is not None else {}
@@ -140,6 +149,16 @@ def _settings(lm, api_base, config, offline, programs, tool_options=(None, None,
         module, _, path = spec.rpartition("=")
         header = read_program(path)[0]  # checked now, model or not: a bad file is one line at once
         settings.pipeline.programs[module or header.get("module", "")] = Path(path)
+    if lm and not offline and settings.pipeline.backend == "offline":
+        from rich.console import Console
+
+        from agentic_iqa.config import env_settings
+
+        where = ("AGENTIC_IQA_BACKEND" if env_settings().BACKEND == "offline"
+                 else " / ".join(str(p) for p in settings.config_files if p.name == "pipeline.yaml") or "the configuration")
+        Console(stderr=True, highlight=False).print(
+            f"[yellow]note:[/] --lm is ignored: the backend is 'offline' ({escape(where)}), so the offline analyst "
+            "answers; set it to auto (or vlm) to use the model", soft_wrap=True)
     if programs and (settings.pipeline.backend == "offline" or not settings.backends.any_model):
         from rich.console import Console
 
@@ -156,6 +175,8 @@ def _single(image, query, reference, lm, api_base, config, offline, mode, progra
             as_json, save_trace, verbose, tool_options=(None, None, None)) -> None:
     from agentic_iqa.config import ConfigError
 
+    if save_trace:
+        _refuse_trace_over_an_input(save_trace, image, reference)
     try:
         result = _run(image, query, reference, lm, api_base, config, offline, mode, program, no_cache,
                       verbose and not as_json, resize_reference, tool_options)
@@ -173,6 +194,18 @@ def _single(image, query, reference, lm, api_base, config, offline, mode, progra
         render(result, verbose)
     if save_trace:  # after the result is shown: a trace that cannot be written must not lose it
         _save_trace(result, save_trace)
+
+
+def _refuse_trace_over_an_input(path: Path, image: str, reference: Optional[str]) -> None:
+    """--save-trace naming the image or the reference itself (a slip): refused before assessing."""
+    for what, name in (("image", image), ("reference image", reference)):
+        try:
+            same = bool(name) and os.path.samefile(path, name)
+        except (OSError, ValueError):
+            same = False
+        if same:
+            fail(f"--save-trace {path} would replace the {what} {name} with the trace; give another file name "
+                 "(e.g. trace.json)")
 
 
 def _save_trace(result, path: Path) -> None:

@@ -9,7 +9,8 @@ from typing import Optional
 import typer
 
 from agentic_iqa.cli.progress import LineProgress
-from agentic_iqa.cli.common import EXIT_BAD_INPUT, EXIT_PARTIAL, fail, flag, setup_logging, with_tool_options, DEVICE_HELP, WEIGHTS_DIR_HELP
+from agentic_iqa.cli.common import (EXIT_BAD_INPUT, EXIT_PARTIAL, catch_sigint, fail, flag, restore_sigint, setup_logging,
+                                     stop_now, with_tool_options, DEVICE_HELP, WEIGHTS_DIR_HELP)
 
 app = typer.Typer(help="Make the synthetic benchmark.", no_args_is_help=True, add_completion=False)
 
@@ -33,6 +34,9 @@ def make_command(
                 for what, names, valid in (("distortion type", types, TYPES), ("reference", refs, REFERENCES))]
     if any(problems):
         fail(escape("; ".join(p for p in problems if p)), EXIT_BAD_INPUT)  # repeats the user's names, brackets included
+    if out.exists() and not out.is_dir():
+        fail(escape(f"{out} is a file, not a folder: the benchmark is a folder of images and manifest.jsonl; "
+                    "give a folder name"), EXIT_BAD_INPUT)
     try:
         with Console(stderr=True).status("generating…"):
             manifest = make_benchmark(out, seed=seed, refs=refs or None, types=types or None, mcq=not no_mcq)
@@ -109,15 +113,21 @@ def eval_command(
             if lines:
                 lines.start(n)
 
+        previous = catch_sigint()
         try:
             report, items, problems = ev.evaluate(
                 manifest, assessor, modes=modes, split=split, limit=limit, concurrency=concurrency,
                 on_item=on_item, on_start=on_start)
+        except KeyboardInterrupt:
+            progress.stop()
+            stop_now("eval stopped; no report (run it again, or with --limit N for a part)")
         except ValueError as exc:  # the manifest itself cannot be read (rows' problems are reported, not raised)
             progress.stop()
             from rich.markup import escape
 
             fail(escape(str(exc)))
+        finally:
+            restore_sigint(previous)
     if lines:
         lines.finish()
     report["backend"] = assessor.roles.name

@@ -76,3 +76,64 @@ def setup_logging(verbose: bool = False) -> None:
             handler.addFilter(RedactingFilter())
     for noisy in ("LiteLLM", "litellm", "httpx", "httpcore", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING if verbose else logging.CRITICAL)
+    warn_unknown_env()
+
+
+def warn_unknown_env() -> None:
+    """One stderr line per AGENTIC_IQA_* variable nothing reads (e.g. AGENTIC_IQA_DEVICES for _DEVICE)."""
+    from agentic_iqa.config import unknown_env_vars
+
+    for name, close in unknown_env_vars():
+        hint = f" (did you mean {close}?)" if close else ""
+        sys.stderr.write(f"warning: {name} is not a variable agentic-iqa reads{hint}; it has no effect\n")
+
+
+def setup_dspy_logging(verbose: bool = False) -> None:
+    """DSPy's loggers have a stderr handler of their own (not the root's) at INFO, set when dspy is first
+    imported: quiet them without --verbose (`compile` printed "INFO dspy.evaluate.evaluate: Average
+    Metric: …" lines), and redact them like ours. Imports dspy: only for commands that use it anyway."""
+    import logging
+
+    import dspy  # noqa: F401 - configures the "dspy" logger and its handler
+
+    from agentic_iqa.redact import RedactingFilter
+
+    logger = logging.getLogger("dspy")
+    logger.setLevel(logging.INFO if verbose else logging.CRITICAL)
+    for handler in logger.handlers:
+        if not any(isinstance(f, RedactingFilter) for f in handler.filters):
+            handler.addFilter(RedactingFilter())
+
+
+def catch_sigint():
+    """Make Ctrl-C raise KeyboardInterrupt, also in a command started as a script's background job
+    (`cmd &`), which inherits SIGINT ignored. Returns the handler for `restore_sigint` (None outside the
+    main thread, where nothing is installed). For commands that then call `stop_now`."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def on_sigint(signum, frame):
+        raise KeyboardInterrupt
+
+    return signal.signal(signal.SIGINT, on_sigint)
+
+
+def restore_sigint(previous) -> None:
+    if previous is not None:
+        import signal
+
+        signal.signal(signal.SIGINT, previous)
+
+
+def stop_now(what: str) -> NoReturn:
+    """After a Ctrl-C: one line, exit 130 at once. A normal exit would wait for the worker threads, i.e. for
+    an LM call in flight (up to its call budget), and a second Ctrl-C there printed a traceback."""
+    import os
+
+    sys.stdout.flush()
+    sys.stderr.write(f"\ninterrupted: {what}\n")
+    sys.stderr.flush()
+    os._exit(EXIT_INTERRUPTED)

@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 import typer
 
-from agentic_iqa.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, fail, flag
+from agentic_iqa.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, catch_sigint, fail, flag, restore_sigint, stop_now
 
 DEMO = "demo"
 DEMO_NOTE = ("demo LM: scripted answers from the fixtures' own labels, right with a probability that rises "
@@ -47,12 +47,13 @@ def compile_command(
     """Tune an agent module's prompt (demos and/or instructions) on fixtures; report validation scores before and after."""
     # DSPy's optimizers draw tqdm bars of their own; ours replace them (tqdm reads this when first imported).
     os.environ.setdefault("TQDM_DISABLE", "1")
-    from agentic_iqa.cli.common import setup_logging
+    from agentic_iqa.cli.common import setup_dspy_logging, setup_logging
     from agentic_iqa.config import ConfigError
 
     from rich.markup import escape  # messages quote paths and pip extras ("dspy[optuna]"), not markup
 
     setup_logging(verbose)
+    setup_dspy_logging(verbose)
     from agentic_iqa.agents.modules import MODULE_NAMES  # the one table of agent modules
 
     modules = list(MODULE_NAMES) if module == "all" else [module]
@@ -60,9 +61,12 @@ def compile_command(
         fail(f"--module must be one of {', '.join(MODULE_NAMES)} or all (got {module!r})")
     if module == "all" and (trainset or valset):
         fail("--trainset/--valset are per module: use them with one --module, not all")
+    previous = catch_sigint()
     try:
         results = _compile(modules, optimizer, lm, teacher, reflection_lm, api_base, config, trainset, valset, out,
                            max_demos, budget, max_metric_calls, threads, seed, as_json, verbose)
+    except KeyboardInterrupt:
+        stop_now("compile stopped; programs already written are kept, the module in progress was not saved")
     except typer.Exit:
         raise
     except ConfigError as exc:
@@ -70,12 +74,19 @@ def compile_command(
     except ValueError as exc:  # CompileError, FixtureError, ProgramError: bad options or inputs
         fail(escape(str(exc)), EXIT_BAD_INPUT)
     except Exception as exc:  # noqa: BLE001 - one clear line, never a traceback
-        from agentic_iqa.lm import lm_setup_problem
+        from agentic_iqa.lm import lm_setup_problem, lm_unreachable
 
         problem = lm_setup_problem(exc, otherwise="try the flow with the scripted demo LM (--lm demo)")
         if problem is not None:
             fail(escape(problem), EXIT_BAD_INPUT)
+        if lm_unreachable(exc):  # the user's setup (a server down, a wrong port, too slow), not our failure
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            fail(escape(f"the LM could not be reached: {type(exc).__name__}: {first}; the module in progress was not "
+                        "saved. Check the server (--api-base) and the model (--lm), or try the flow with the scripted "
+                        "demo LM (--lm demo)"), EXIT_BAD_INPUT)
         fail(escape(f"compile failed: {type(exc).__name__}: {exc}"), EXIT_FAILED)
+    finally:
+        restore_sigint(previous)
     if as_json:
         typer.echo(json.dumps(results, indent=2))
 
@@ -156,6 +167,7 @@ def _compile(modules, optimizer, lm, teacher, reflection_lm, api_base, config, t
              max_demos, budget, max_metric_calls, threads, seed, as_json, verbose) -> list[dict]:
     from rich.console import Console
 
+    from agentic_iqa.programs import check_program_target
     from optimizers.fixtures import default_catalog, load_dataset
     from optimizers.runner import METRIC_NAMES, CompileError, CompileOptions, compile_module, require_optuna
 
@@ -177,7 +189,7 @@ def _compile(modules, optimizer, lm, teacher, reflection_lm, api_base, config, t
                 + ("; MIPROv2 and GEPA also need it (or --teacher / --reflection-lm) to propose instructions"
                    if optimizer in ("mipro", "gepa") else "")
             )
-        target = _target(module, out, len(modules) > 1)
+        target = check_program_target(_target(module, out, len(modules) > 1))
         plan.append((module, dataset, lms, target))
     if any(lms["demo"] for _, _, lms, _ in plan) and not as_json:
         console.print(f"[yellow]note:[/] {DEMO_NOTE}")
@@ -196,6 +208,8 @@ def _compile(modules, optimizer, lm, teacher, reflection_lm, api_base, config, t
             "before": round(result.before.mean, 4) if result.before else None,
             "after": round(result.after.mean, 4) if result.after else None,
             "delta": round(result.delta, 4) if result.delta is not None else None,
+            "failures_before": result.before.failures if result.before else None,
+            "failures_after": result.after.failures if result.after else None,
             "lm_calls": result.lm_calls, "demos": result.header["demos"],
             "instructions_changed": result.header["instructions_changed"],
             "seconds": round(result.seconds, 2), "program": str(saved),
@@ -236,6 +250,13 @@ def _print_table(rows: list[dict]) -> None:
         instr = "rewritten" if r["instructions_changed"] else "as shipped"
         con.print(f"[dim]{r['module']} ({r['optimizer']}): demos {demos}; instructions {instr}; LM calls: "
                   f"{evals} scoring, compile {spent}; metric {r['metric']}[/]")
+    for r in rows:
+        if r.get("failures_before") or r.get("failures_after"):
+            n = r["val_examples"]
+            con.print(f"[yellow]note:[/] {r['module']}: {r['failures_before'] or 0} of {n} validation answers before "
+                      f"compiling and {r['failures_after'] or 0} of {n} after were unusable (every try rejected: no "
+                      "valid reply) and scored 0; if that is most of them, the scores measure the connection or the "
+                      "reply format, not the model: check it with agentic-iqa assess IMAGE --lm MODEL --verbose")
     if any(r["before"] is None for r in rows):
         con.print("[yellow]note:[/] no LM was configured, so nothing was scored; the labelled demos were saved anyway")
 
@@ -310,6 +331,9 @@ def record_command(
     con = Console()
     modules = module or list(FIXTURE_FILES)
     totals: dict[str, int] = {}
+    if out.exists() and not out.is_dir():
+        fail(f"--out {out} is a file, not a folder: fixture lines go to <folder>/<module>.jsonl (and images to "
+             "<folder>/images); give a folder", EXIT_BAD_INPUT)
     try:
         for trace in traces:
             rec = lines_from_trace(trace, out, modules=modules, split=split, level=level, answer=answer,
@@ -325,6 +349,10 @@ def record_command(
         from rich.markup import escape
 
         fail(escape(str(exc)), EXIT_BAD_INPUT)
+    except OSError as exc:  # the folder cannot be written (read-only, full disk, …): one line, no traceback
+        from rich.markup import escape
+
+        fail(escape(f"cannot write fixtures to {out}: {exc.strerror or exc} ({exc.filename})"), EXIT_FAILED)
     if not any(totals.values()):
         con.print("nothing new recorded (lines with these ids are already there, or the traces hold nothing usable)")
         return
