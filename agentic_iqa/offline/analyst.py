@@ -491,7 +491,7 @@ _MEANINGS: tuple[tuple[str, Optional[re.Pattern], tuple[str, ...], str], ...] = 
         ("Brightness change", r"\b(?:dark\w*|dim\w*|under-?expos\w*|bright\w*\s+enough|enough\s+(?:light|brightness)|"
                               r"under-?lit|(?:poorly|dimly)[- ]lit|low[- ]light)\b", ("dark",), "under-exposure"),
         ("Brightness change", r"\b(?:bright(?!ness)(?!\w*\s+enough)\w*|over-?expos\w*|over-?lit|blown|clipped|burn(?:ed|t)[- ]out)",
-         ("bright", "clipped"), "over-exposure"),
+         ("bright",), "over-exposure"),
         ("Color distortions", r"\bover-?saturat|\btoo (?:vivid|saturated|colou?rful)|\bgarish", ("oversaturated",), "over-saturation"),
         ("Color distortions", r"\b(?:de-?saturat\w*|under-?saturat\w*|washed[- ]out|faded|dull|muted)", ("desaturated",),
          "colour loss"),
