@@ -87,15 +87,16 @@ def test_urban100_was_scored_once_and_is_spent():
     assert not {(s.get("repo"), s.get("where")) for s in fc.corpus_sources(m).values()} & {(urban["repo"], urban["where"])}
 
 
-def test_deepin_is_the_new_blind_source():
-    """deepin-wallpapers' Unsplash photographs (16 by 15 photographers, Unsplash License) at a pinned commit: the only
-    unscored blind source; the Wang Jinyu photos (CC BY-NC-ND), the renderings and the two files too large to check
-    here are left out and named in its licence text."""
+def test_deepin_was_scored_once_and_is_spent():
+    """deepin-wallpapers' Unsplash photographs (16 by 15 photographers, Unsplash License) at a pinned commit: blind for one
+    session, scored once and spent; its terms allow fitting, so it is to become a fold. The Wang Jinyu photos (CC BY-NC-ND),
+    the renderings and the two files too large to check here are left out and named in its licence text."""
     m = json.loads(fc.MANIFEST.read_text())
     blind = fc.corpus_sources(m, blind=True)
-    assert [name for name, src in blind.items() if fc.blind_status(src) == "blind"] == ["deepin"]
+    assert [name for name, src in blind.items() if fc.blind_status(src) == "blind"] == []  # a new one is to be found
     deepin = blind["deepin"]
-    assert deepin["blind"] is True and "spent" not in deepin and len(deepin["files"]) == 16
+    assert deepin["blind"] is True and fc.blind_status(deepin) == "spent" and len(deepin["files"]) == 16
+    assert "Scored once" in deepin["spent"] and "become a fold" in deepin["spent"]
     assert deepin["registry"] == "GitHub" and deepin["repo"] == "linuxdeepin/deepin-wallpapers"
     assert deepin["commit"] == "ac2fe33778aa16d332066227faaa6cc9baff6a1f" and deepin["where"] == "nonfree/unsplash.com/"
     assert deepin["licence"].startswith("Unsplash License") and "compile images from Unsplash" in deepin["licence"]
@@ -103,7 +104,7 @@ def test_deepin_is_the_new_blind_source():
     for left_out in ("garrett-patz-Ilu1Vv6EYds", "sourav-ghosh-gTvhFsQMqnA"):
         assert f"{left_out}-unsplash.jpg" not in deepin["files"] and left_out in deepin["licence"]
     assert "Wang Jinyu" in deepin["licence"] and "CC BY-NC-ND 4.0" in deepin["licence"]
-    assert "deepin (16 Unsplash photographs" in m["about"] and "is the blind source now" in m["about"]
+    assert "deepin (16 Unsplash photographs" in m["about"] and "scored once (2026-11-26) and spent" in m["about"]
     assert not {(s.get("repo"), s.get("where")) for s in fc.corpus_sources(m).values()} & {(deepin["repo"], deepin["where"])}
 
 
@@ -235,14 +236,14 @@ def test_blind_report_scores_each_source_on_its_own_with_its_status(tmp_path, mo
         assert all(got[lad]["n"] == len(src["files"]) for lad in fc.LADDERS)
     assert all(len(sources) == 1 for sources, _ in seen) and len(seen) == 2 * len(report["sources"])
     assert [report["sources"][s]["status"] for s in ("cbsd68", "mcmaster", "urban100", "deepin")] == [
-        "spent", "spent", "spent", "blind"]
+        "spent", "spent", "spent", "spent"]
     # the command prints one line per source and ladder, labelled with its status, and writes the per-source report
     out = tmp_path / "blind.json"
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "cbsd68 (spent, 68 photos), alt ladder" in printed and "mcmaster (spent, 18 photos), fit ladder" in printed
     assert "urban100 (spent, 93 photos), fit ladder" in printed and "budgie" not in printed
-    assert "deepin (blind, 16 photos), alt ladder" in printed
+    assert "deepin (spent, 16 photos), alt ladder" in printed
     assert set(json.loads(out.read_text())["sources"]) == {"cbsd68", "mcmaster", "urban100", "deepin"}
 
 
