@@ -2,11 +2,11 @@
 
 Each spec category has one or more *detectors* (``DETECTORS``): "Brightness change" has one for too dark
 and one for too bright, "Color distortions" one each for washed-out, garish and posterized colour,
-"Compression" one for JPEG blocking and one for JPEG2000 smearing.
-A detector is a weighted sum of a few hand-picked features (``FEATURES``; a leading "-" declares that the feature
-lowers the level, e.g. a high blur index argues for blur, a high share of detail on the strongest edges argues
-against it and for JPEG2000) followed by a monotone map onto the benchmark's level scale, both fitted on real
-photos from several independent sources with synthetic damage by ``benchmarks/fit_corpus.py`` and stored in
+"Compression" one for JPEG blocking and one for JPEG2000 smearing. A detector is a weighted sum of a few
+hand-picked features (``FEATURES``; a leading "-" declares that the feature lowers the level, e.g. a
+high blur index argues for blur, a high share of detail on the strongest edges argues against it and for
+JPEG2000) followed by a monotone map onto the benchmark's level scale, both fitted on real photos from
+several independent sources with synthetic damage by ``benchmarks/fit_corpus.py`` and stored in
 ``thresholds.json``: the weights by non-negative ridge regression towards the applied level (0 for clean
 images and other distortions), the map by isotonic regression of the level on the weighted sum, and a
 clean offset (the level clean photos of unseen sources reach, ``fit_with_clean_offsets``); without a
