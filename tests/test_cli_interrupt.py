@@ -1,4 +1,5 @@
-"""Ctrl-C on `agentic-iqa assess` (issue 12): a real process, a slow local fake server, real SIGINTs.
+"""Ctrl-C on `agentic-iqa assess` (issue 12), `compile` and `eval`: a real process, a slow local fake server, real
+SIGINTs.
 
 The first Ctrl-C says it is stopping and no further step starts; the second stops at once, even with
 an LM call in flight that would take minutes; a batch keeps the lines it already wrote. Exit 130."""
@@ -31,14 +32,19 @@ def _routes(**slow_routes) -> dict:
     return routes
 
 
-def _cli(srv, config_dir, *args) -> subprocess.Popen:
+def _command(srv, config_dir, *args, preexec_fn=None) -> subprocess.Popen:
+    """`agentic-iqa ARGS` against the fake server, in a process of its own."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "COLUMNS": "200"}
     env.pop("OPENAI_API_KEY", None)
     return subprocess.Popen(
-        [sys.executable, "-c", "from agentic_iqa.cli import main; main()", "assess", *args, "--lm", "openai/fake",
-         "--api-base", srv.base_url, "--no-cache", "--config", str(config_dir)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        [sys.executable, "-c", "from agentic_iqa.cli import main; main()", *args, "--lm", "openai/fake",
+         "--api-base", srv.base_url, "--config", str(config_dir)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, preexec_fn=preexec_fn,
     )
+
+
+def _cli(srv, config_dir, *args) -> subprocess.Popen:
+    return _command(srv, config_dir, "assess", *args, "--no-cache")
 
 
 def _wait_for(condition, proc, what: str, limit: float = 120.0) -> None:
@@ -161,3 +167,42 @@ def test_the_ray_run_end_waits_for_its_coordinator_less_than_the_ctrl_c_grace():
     from agentic_iqa.cli.assess import BATCH_STOP_GRACE
 
     assert 0 < distributed.COORDINATOR_WAIT < BATCH_STOP_GRACE / 1.5
+
+
+def _one_ctrl_c_stops_at_once(srv, proc, what: str) -> tuple[str, str]:
+    """Ctrl-C once, as soon as the first LM request is in flight; the process must end within 20 s."""
+    _wait_for(lambda: srv.requests, proc, "the first LM request")
+    proc.send_signal(signal.SIGINT)
+    try:
+        return proc.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise AssertionError(f"{what} was still running 20 s after Ctrl-C")
+
+
+@pytest.mark.parametrize("sigint", ["default", "ignored"])
+def test_ctrl_c_stops_a_compile_at_once_with_an_lm_call_in_flight(tmp_path, sigint):
+    # The model takes 10 minutes to answer. Before, Ctrl-C ended `compile` with no word (exit 130 and
+    # only the progress line), and a compile started as a script's background job (`cmd &`, which
+    # inherits SIGINT ignored) did not stop at all. Now both stop at once, saying so.
+    ignore = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint == "ignored" else None
+    with FakeOpenAIServer(lambda body: Reply(content="late", delay=SLOW)) as srv:
+        proc = _command(srv, tmp_path, "compile", "-m", "planner", "--out", str(tmp_path / "p.json"), preexec_fn=ignore)
+        out, err = _one_ctrl_c_stops_at_once(srv, proc, "compile")
+    assert proc.returncode == 130, (out, err)
+    assert "interrupted: compile stopped" in err and "Traceback" not in err, err
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_ctrl_c_stops_eval_at_once_with_an_lm_call_in_flight(tmp_path):
+    # The model takes 10 minutes to answer. Before, the first Ctrl-C left `eval` waiting at exit for its
+    # worker threads (the LM call in flight); a second one printed a traceback ("Exception ignored in:
+    # <module 'threading'> … KeyboardInterrupt"). Now: one line, exit 130 at once.
+    write_test_image(tmp_path / "i0.png", size=(96, 96), fmt="PNG")
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text(json.dumps({"id": "a", "image": "i0.png", "mos": 3.0}) + "\n")
+    with FakeOpenAIServer(lambda body: Reply(content="late", delay=SLOW)) as srv:
+        proc = _command(srv, tmp_path, "eval", str(manifest), "--mode", "nr")
+        out, err = _one_ctrl_c_stops_at_once(srv, proc, "eval")
+    assert proc.returncode == 130, (out, err)
+    assert "interrupted: eval stopped" in err and "Traceback" not in err, err
