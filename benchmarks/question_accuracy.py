@@ -1,7 +1,7 @@
 """Issue 10 part 5: how often the offline analyst answers a yes/no question right, on held-out photos.
 
     python benchmarks/question_accuracy.py [--workers 2] [--json benchmarks/corpus/questions.json]
-    python benchmarks/question_accuracy.py --blind-report    # the blind / spent sources, with the shipped fit
+    python benchmarks/question_accuracy.py --blind-report [--blind-source NAME]   # blind / spent sources, shipped fit
 
 Uses the corpus and statistics cache of ``fit_corpus.py`` (it builds them on first use). Protocol: leave one
 source out, as ``fit_corpus.py``: the analyst's thresholds are fitted on the other sources, then every clean photo
@@ -153,6 +153,8 @@ def main(argv=None) -> int:
     ap.add_argument("--json", help="write the report here (default benchmarks/corpus/questions.json, with "
                                     "--blind-report questions_blind.json)")
     ap.add_argument("--blind-report", action="store_true", help="the blind sources, each on its own, with the shipped fit")
+    ap.add_argument("--blind-source", action="append", metavar="NAME",
+                    help="with --blind-report: only this blind source (repeat for more; default: every one)")
     args = ap.parse_args(argv)
     cache = Path(args.cache).expanduser()
     out = Path(args.json or ROOT / "benchmarks/corpus" / ("questions_blind.json" if args.blind_report else "questions.json"))
@@ -162,7 +164,12 @@ def main(argv=None) -> int:
             "quality_questions": QUALITY_QUESTIONS}
     if args.blind_report:
         thresholds = fc.blind_safe_thresholds(sv.THRESHOLDS_PATH)
-        photos = fc.build_corpus(cache, args.size, blind=True)
+        only = set(args.blind_source) if args.blind_source else None
+        if only and only - fc.blind_source_names():
+            print(f"not a blind source: {', '.join(sorted(only - fc.blind_source_names()))}; the blind sources are "
+                  f"{', '.join(sorted(fc.blind_source_names()))}", file=sys.stderr)
+            return 2
+        photos = fc.build_corpus(cache, args.size, blind=True, only=only)
         measured = fc.measure_corpus(photos, cache, args.workers, f"blind-{args.size}")
         reports = {}
         for source in sorted({p["source"] for p in photos}):

@@ -353,6 +353,22 @@ def test_question_benchmark_keys_come_from_the_applied_damage_only():
                for asks, lookalike, _ in qa.DISTORTION_QUESTIONS.values())
 
 
+def test_question_blind_report_asks_the_named_blind_source_only(tmp_path, monkeypatch, capsys):
+    import question_accuracy as qa
+
+    _fake_photo_files(tmp_path, monkeypatch)
+    monkeypatch.setattr(fc, "measure_corpus", lambda photos, *a: [{"name": p["name"]} for p in photos])
+    asked = []
+    monkeypatch.setattr(qa, "ask_fold", lambda photos, measured, th: asked.append({p["source"] for p in photos}) or [])
+    monkeypatch.setattr(qa, "summarize", lambda rows, folds: {"nr": {}, "fr": {}})
+    out = tmp_path / "q.json"
+    argv = ["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--json", str(out)]
+    assert qa.main([*argv, "--blind-source", "solus"]) == 0
+    assert asked == [{"solus"}] and set(json.loads(out.read_text())["sources"]) == {"solus"}
+    assert qa.main([*argv, "--blind-source", "kodak"]) == 2
+    assert "not a blind source: kodak" in capsys.readouterr().err
+
+
 def test_statistics_cache_measures_only_the_damage_types_that_changed(tmp_path, monkeypatch):
     photo = tmp_path / "src__p.png"
     Image.fromarray(np.random.default_rng(0).integers(0, 256, (48, 64, 3), dtype=np.uint8)).save(photo)
