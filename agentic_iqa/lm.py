@@ -182,9 +182,10 @@ def _in_our_terms(exc: BaseException) -> BaseException:
 
 
 def _not_json_reply(exc: BaseException) -> Optional[str]:
-    """For an HTTP 200 whose body is not JSON (DSPy's provider error with status 200, caused by the JSON
-    decoder): the reply's content type as the message gives it ("text/html; charset=utf-8"), or
-    "unknown"; else None."""
+    """For an HTTP 200 whose body is not JSON and not said to be (DSPy's provider error with status 200,
+    caused by the JSON decoder): the reply's content type as the message gives it ("text/html;
+    charset=utf-8"), or "unknown"; else None. A body labelled JSON but broken is a bad reply from what
+    may well be the API, and stays one."""
     import json
 
     if getattr(exc, "status", None) != 200:
@@ -192,8 +193,9 @@ def _not_json_reply(exc: BaseException) -> Optional[str]:
     cause, seen = exc.__cause__, 0
     while cause is not None and seen < 8:
         if isinstance(cause, (json.JSONDecodeError, UnicodeDecodeError)):
-            kind = re.search(r"\(HTTP 200, (.+?), \d+ bytes\)", str(exc))
-            return kind.group(1) if kind else "unknown"
+            found = re.search(r"\(HTTP 200, (.+?), \d+ bytes\)", str(exc))
+            kind = found.group(1) if found else "unknown"
+            return None if "json" in kind.lower() else kind
         cause, seen = cause.__cause__, seen + 1
     return None
 

@@ -297,6 +297,14 @@ def test_an_html_page_behind_a_200_is_not_an_api_and_is_not_retried():
     assert "Fix the key" not in problem  # the key is not the problem; its own advice stands
 
 
+def test_a_broken_json_reply_is_still_a_bad_reply_not_a_setup_problem():
+    # Labelled JSON: what may well be the API sent a broken body; that call fails as before.
+    broken = Reply(raw_body=b'{"choices": [', content_type="application/json")
+    with FakeOpenAIServer(lambda body: broken) as srv:
+        _, err = call_bounded(lambda: lm_for(srv, num_retries=0)("hello"))
+    assert err is not None and type(err).__name__ == "LMProviderError", err
+
+
 def test_an_html_page_stops_the_assessment_once_with_one_line_and_exit_2(tmp_path, image):
     from typer.testing import CliRunner
 
