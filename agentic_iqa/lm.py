@@ -5,7 +5,9 @@ DSPy's has no overall bound (a reply slower than the timeout cost (num_retries+1
 and it sleeps whatever Retry-After the server sends). Ours keeps one wall-clock budget per call
 (`call_budget`, every request and every wait included), caps Retry-After (`max_retry_after`), refuses a
 reply over `max_reply_bytes` before anything parses it, and counts every HTTP request it sends
-(`metering()`), so the trace's `lm_calls`/`retries` include the retries made below the agents.
+(`metering()`), so the trace's `lm_calls`/`retries` include the retries made below the agents. A 200
+reply that is not JSON at all (a captive portal's or a proxy's login page at the base URL) is
+`LMNotAnAPI`: a setup problem, said once, never retried.
 """
 from __future__ import annotations
 
@@ -179,9 +181,28 @@ def _in_our_terms(exc: BaseException) -> BaseException:
         return exc
 
 
+def _not_json_reply(exc: BaseException) -> Optional[str]:
+    """For an HTTP 200 whose body is not JSON and not said to be (DSPy's provider error with status 200,
+    caused by the JSON decoder): the reply's content type as the message gives it ("text/html;
+    charset=utf-8"), or "unknown"; else None. A body labelled JSON but broken is a bad reply from what
+    may well be the API, and stays one."""
+    import json
+
+    if getattr(exc, "status", None) != 200:
+        return None
+    cause, seen = exc.__cause__, 0
+    while cause is not None and seen < 8:
+        if isinstance(cause, (json.JSONDecodeError, UnicodeDecodeError)):
+            found = re.search(r"\(HTTP 200, (.+?), \d+ bytes\)", str(exc))
+            kind = found.group(1) if found else "unknown"
+            return None if "json" in kind.lower() else kind
+        cause, seen = cause.__cause__, seen + 1
+    return None
+
+
 def __getattr__(name: str):
     # BudgetedLM subclasses dspy.LM, which is slow to import: made on first use (also by pickle).
-    if name in ("BudgetedLM", "LMBudgetExceeded", "LMReplyTooLarge"):
+    if name in ("BudgetedLM", "LMBudgetExceeded", "LMReplyTooLarge", "LMNotAnAPI"):
         _budgeted_lm_class()
         return globals()[name]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -191,12 +212,18 @@ def __getattr__(name: str):
 def _budgeted_lm_class() -> type:
     import dspy
     from dspy.lm15 import Request
-    from dspy.utils.exceptions import LMError, LMTimeoutError, is_retryable_lm_error
+    from dspy.utils.exceptions import LMConfigurationError, LMError, LMTimeoutError, is_retryable_lm_error
 
     class LMReplyTooLarge(LMError):
         """The reply exceeded max_reply_bytes: refused before parsing, not retried."""
 
         default_code = "reply_too_large"
+
+    class LMNotAnAPI(LMConfigurationError):
+        """The server at the base URL answered 200 with something that is not JSON: not an
+        OpenAI-compatible API (a setup problem: every later call would get the same page)."""
+
+        default_code = "not_an_api"
 
     class LMBudgetExceeded(LMTimeoutError):
         """The call's wall-clock budget ran out (a timeout for every purpose: the offline analyst answers)."""
@@ -230,6 +257,9 @@ def _budgeted_lm_class() -> type:
         def _plan_wait(self, exc: BaseException, attempt: int, deadline: float) -> float:
             """Seconds to wait before the next attempt, or raise: not retryable, no attempts left, or
             the wait (Retry-After capped at max_retry_after, else backoff) would outlast the budget."""
+            kind = _not_json_reply(exc)
+            if kind is not None:
+                raise self._not_an_api(kind) from exc
             if attempt >= self._retries or not is_retryable_lm_error(exc):
                 ours = _in_our_terms(exc)
                 if ours is exc:
@@ -245,6 +275,17 @@ def _budgeted_lm_class() -> type:
                 asked = f"; the server asked to wait {hint:g} s" if isinstance(hint, (int, float)) and not isinstance(hint, bool) else ""
                 raise self._exhausted(attempt + 1, f"{type(exc).__name__}{asked}") from exc
             return wait
+
+        def _not_an_api(self, kind: str) -> Exception:
+            base = self.kwargs.get("api_base")
+            where = f"the server at {redact(base)}" if base else f"the server of {self.model}"
+            return LMNotAnAPI(
+                f"{where} answered HTTP 200 with a page that is not JSON (content type {kind}), so it is not an "
+                "OpenAI-compatible API: a captive portal or proxy login page, or a web page instead of the model "
+                "server. Check api_base (--api-base, AGENTIC_IQA_API_BASE or configs/model_backends.yaml): it "
+                "should be the model server's API address, usually ending in /v1",
+                model=self.model,
+            )
 
         def _exhausted(self, attempts: int, last: str) -> Exception:
             return LMBudgetExceeded(
@@ -321,9 +362,10 @@ def _budgeted_lm_class() -> type:
                 await asyncio.sleep(wait)
             raise AssertionError("unreachable")
 
-    for cls in (BudgetedLM, LMReplyTooLarge, LMBudgetExceeded):
+    for cls in (BudgetedLM, LMReplyTooLarge, LMBudgetExceeded, LMNotAnAPI):
         cls.__module__, cls.__qualname__ = __name__, cls.__name__  # found by pickle through the module's __getattr__
-    globals().update(BudgetedLM=BudgetedLM, LMReplyTooLarge=LMReplyTooLarge, LMBudgetExceeded=LMBudgetExceeded)
+    globals().update(BudgetedLM=BudgetedLM, LMReplyTooLarge=LMReplyTooLarge, LMBudgetExceeded=LMBudgetExceeded,
+                     LMNotAnAPI=LMNotAnAPI)
     return BudgetedLM
 
 
@@ -340,6 +382,7 @@ def _checked_base_url(url: str, role_name: str) -> str:
     if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
         raise ConfigError(f"{role_name}: api_base {redact(url)!r} is not a valid http(s) URL (scheme, host, port); "
                           "write it like http://localhost:8000/v1 (--api-base, AGENTIC_IQA_API_BASE)")
+    register_secret(parts.password)  # a password in the URL is masked wherever the URL is quoted
     return url.strip()
 
 
@@ -393,6 +436,8 @@ def lm_setup_problem(exc: BaseException, otherwise: str = "run without a model (
         first += " (the model does not take images: agentic-iqa needs a vision-language model)"
     elif not isinstance(exc, _setup_types()):
         return None
+    elif isinstance(exc, globals().get("LMNotAnAPI", ())):  # its message says what to fix
+        return f"the LM cannot be used: {first}; or {otherwise}"
     first = first.split(', or pass api_key=')[0].rstrip(".")  # keys come from the environment only
     return f"the LM cannot be used: {first}. Fix the key or the model (--lm, configs/model_backends.yaml), or {otherwise}"
 

@@ -8,7 +8,8 @@ traces, results files, the score cache, compiled programs — goes through `reda
 * the values of the API keys in use: every environment variable named `*_API_KEY` (or `*_TOKEN`,
   `*_SECRET`), plus any value registered with `register_secret` (a role's `api_key_env`);
 * bearer tokens (`Authorization: Bearer …`) and provider-style keys (`sk-…`, `sk-ant-…`) even when
-  they are not ours — a server may echo someone else's.
+  they are not ours — a server may echo someone else's;
+* the user name and password of a URL (`https://user:pass@host/v1` → `https://***@host/v1`).
 
 Strings leaving the process must also be valid UTF-8: a file name that is not (on Linux, Python holds
 its odd bytes as lone surrogates) is written with those bytes as `\\xNN` escapes instead of failing
@@ -32,6 +33,7 @@ _PATTERNS = (
     re.compile(r"(?i)(\bbearer\s+)[A-Za-z0-9._~+/=\-]{8,}"),
     re.compile(r"(?i)(\b(?:api[_-]?key|x-api-key|authorization)[\"']?\s*[:=]\s*[\"']?)(?!bearer\b)[A-Za-z0-9._~+/=\-]{8,}"),
     re.compile(r"()\b(?:sk|rk)-[A-Za-z0-9_\-]{16,}"),
+    re.compile(r"(?i)(\b[a-z][a-z0-9+.\-]*://)[^\s/?#@]+(?=@)"),
 )
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -86,19 +88,43 @@ def redact_data(value: Any, secrets: Optional[list[str]] = None) -> Any:
     return value
 
 
+def _redact_record(record: logging.LogRecord) -> None:
+    """Redact a log record in place: its rendered message, and its traceback and stack if any."""
+    try:
+        message = record.getMessage()
+    except Exception:  # noqa: BLE001 - a broken format string must not lose the record
+        message = str(record.msg)
+    clean = redact(message)
+    if clean != message or record.args:
+        record.msg, record.args = clean, None
+    if record.exc_info and record.exc_text is None:
+        record.exc_text = redact(logging.Formatter().formatException(record.exc_info))
+    elif record.exc_text:
+        record.exc_text = redact(record.exc_text)
+    if record.stack_info:
+        record.stack_info = redact(record.stack_info)
+
+
 class RedactingFilter(logging.Filter):
     """A logging filter that redacts each record's rendered message (install on handlers)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        try:
-            message = record.getMessage()
-        except Exception:  # noqa: BLE001 - a broken format string must not lose the record
-            message = str(record.msg)
-        clean = redact(message)
-        if clean != message or record.args:
-            record.msg, record.args = clean, None
-        if record.exc_info and record.exc_text is None:
-            record.exc_text = redact(logging.Formatter().formatException(record.exc_info))
-        elif record.exc_text:
-            record.exc_text = redact(record.exc_text)
+        _redact_record(record)
         return True
+
+
+def redact_all_log_records() -> None:
+    """Redact every log record as it is made, whichever logger and handler it goes to: DSPy and LiteLLM
+    log through stream handlers of their own, added when they are imported (LiteLLM's only when its
+    route is first used), so a filter on the handlers present now would miss them. Idempotent."""
+    previous = logging.getLogRecordFactory()
+    if getattr(previous, "redacting", False):
+        return
+
+    def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = previous(*args, **kwargs)
+        _redact_record(record)
+        return record
+
+    factory.redacting = True  # type: ignore[attr-defined]
+    logging.setLogRecordFactory(factory)

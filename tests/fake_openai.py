@@ -25,6 +25,9 @@ class Reply:
     # Per-token log-probs in OpenAI's shape: [(token, logprob, [(alt_token, alt_logprob), ...]), ...]
     logprobs: Optional[list] = None
     error_body: Optional[dict] = None
+    # Sent verbatim instead of a chat completion (a captive portal's HTML page, say), with this content type.
+    raw_body: Optional[bytes] = None
+    content_type: str = "application/json"
 
 
 def chat_body(content: str, model: str, logprobs: Optional[list]) -> dict:
@@ -114,6 +117,8 @@ class FakeOpenAIServer:
                 finally:
                     with server._lock:
                         server.in_flight -= 1
+                if reply.raw_body is not None:
+                    return self._send(reply.status, reply.raw_body, {"Content-Type": reply.content_type, **reply.headers})
                 if reply.status != 200:
                     err = reply.error_body or {"error": {"message": f"scripted {reply.status}", "type": "server_error"}}
                     return self._send(reply.status, err, reply.headers)
@@ -122,12 +127,12 @@ class FakeOpenAIServer:
                 self._send(200, chat_body(reply.content, body.get("model", "fake"), lps), reply.headers)
 
             def _send(self, status, payload, headers=None):
-                data = json.dumps(payload).encode()
+                data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+                headers = {"Content-Type": "application/json", **(headers or {})}
                 try:
                     self.send_response(status)
-                    self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(data)))
-                    for k, v in (headers or {}).items():
+                    for k, v in headers.items():
                         self.send_header(k, str(v))
                     self._headers_buffer.append(b"\r\n")  # end of headers, sent with the body in one write
                     self.wfile.write(b"".join(self._headers_buffer) + data)

@@ -71,3 +71,22 @@ def test_batch_prints_progress_lines_when_not_a_terminal(tmp_path):
     quiet = CliRunner().invoke(app, ["assess", *map(str, images), "--offline", "--no-cache", "--no-progress",
                                      "--out", str(tmp_path / "q.jsonl")])
     assert quiet.exit_code == 0 and "assess:" not in quiet.stderr
+
+
+def test_eval_takes_no_progress_like_assess(tmp_path):
+    import typer
+
+    images = [write_test_image(tmp_path / f"i{k}.png", size=(96, 96), fmt="PNG", seed=k) for k in range(2)]
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text("".join(json.dumps({"id": f"r{k}", "image": p.name, "level": k + 1, "type": "white noise",
+                                            "split": "test"}) + "\n" for k, p in enumerate(images)))
+    res = CliRunner().invoke(app, ["eval", str(manifest), "--offline", "--mode", "nr", "--no-progress"])
+    assert res.exit_code == 0, res.output
+    assert "eval:" not in res.stderr and "━" not in res.stderr
+    assert "SRCC" in res.stdout  # the report itself is still printed
+    # The same option: name, flag-ness and help (assess adds what it means with --engine ray).
+    options = {name: next(p for p in typer.main.get_command(app).commands[name].params if p.name == "no_progress")
+               for name in ("assess", "eval")}
+    assert options["eval"].opts == options["assess"].opts == ["--no-progress"]
+    assert options["eval"].is_flag and options["assess"].is_flag
+    assert options["assess"].help.startswith(options["eval"].help.rstrip(")."))

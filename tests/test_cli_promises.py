@@ -184,3 +184,41 @@ def test_python_dash_m_runs_the_cli():
                           capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 0 and "Usage:" in proc.stdout
     assert not re.search(r"\|\s+(torch|dspy|pyiqa)$", proc.stderr, re.M)  # the CLI's imports stay lazy
+
+
+@pytest.mark.parametrize("args, without", [
+    (["assess", "example:chelsea", "--lm", ""], "--offline"),
+    (["assess", "example:chelsea", "--lm", " "], "--offline"),
+    (["eval", "manifest.jsonl", "--lm", ""], "--offline"),
+    (["compile", "--module", "planner", "--lm", ""], "--lm demo"),
+    (["compile", "--module", "planner", "--teacher", ""], "--lm demo"),
+])
+def test_an_empty_model_is_refused_not_read_as_no_model(args, without, tmp_path):
+    """`--lm "$MODEL"` with MODEL unset ran on the configured model, or quietly without one."""
+    res = CliRunner().invoke(app, args, env={"COLUMNS": "300"})
+    assert res.exit_code == 2, res.output
+    flag = args[-2]
+    assert res.output.startswith(f"error: {flag} is empty") and without in res.output, res.output
+    assert "Traceback" not in res.output and len(res.output.strip().splitlines()) == 1
+
+
+def test_the_result_footer_wraps_in_a_narrow_terminal(monkeypatch, capsys):
+    """A rich panel's subtitle is one line, cut at the border: at 60 columns "answered by …, with
+    fallbacks in …" lost its end. A footer that does not fit goes inside the panel, where it wraps."""
+    from agentic_iqa import assess
+    from agentic_iqa.cli.assess import answered_by, render
+
+    result = assess("example:chelsea", backend="offline").model_copy(update={
+        "backend": "vlm (openai/a-vision-language-model)",
+        "fallbacks": ["detect: invalid JSON → none", "planner: invalid JSON → rules", "select: x → generic tools",
+                      "summarizer: timeout → offline analyst"]})
+    footer = answered_by(result)
+    assert len(footer) > 60
+    monkeypatch.setenv("COLUMNS", "60")
+    render(result)
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= 60
+    assert " ".join(footer.split()) in " ".join(re.sub(r"[│╭╮╰╯─]", " ", out).split())
+    monkeypatch.setenv("COLUMNS", "200")  # where it fits it stays the panel's subtitle
+    render(result)
+    assert any(footer in line and line.startswith("╰") for line in capsys.readouterr().out.splitlines())

@@ -272,3 +272,66 @@ def test_error_types_importable_and_the_lm_pickles_by_reference():
 
     assert issubclass(LMBudgetExceeded, LMTimeoutError) and LMReplyTooLarge.__module__ == "agentic_iqa.lm"
     assert pickle.loads(pickle.dumps(BudgetedLM)) is BudgetedLM
+
+
+# ── a 200 that is not an API: a captive portal's login page at the base URL ────────────────────────
+
+PORTAL = Reply(raw_body=b"<!DOCTYPE html><html><head><title>Hotel Wi-Fi</title></head><body><form>Log in</form></body></html>",
+               content_type="text/html; charset=utf-8")
+
+
+def test_an_html_page_behind_a_200_is_not_an_api_and_is_not_retried():
+    with FakeOpenAIServer(lambda body: PORTAL) as srv:
+        lm = lm_for(srv, num_retries=3)
+        _, err = call_bounded(lambda: lm("hello"))
+        n = len(srv.requests)
+    assert type(err).__name__ == "LMNotAnAPI", err
+    assert n == 1  # a setup problem: the same page would come back
+    message = str(err)
+    assert srv.base_url in message and "text/html" in message and "not an OpenAI-compatible API" in message
+    assert "api_base" in message and "--api-base" in message
+    from agentic_iqa.lm import lm_setup_problem
+
+    problem = lm_setup_problem(err)
+    assert problem is not None and srv.base_url in problem and "--offline" in problem
+    assert "Fix the key" not in problem  # the key is not the problem; its own advice stands
+
+
+def test_a_broken_json_reply_is_still_a_bad_reply_not_a_setup_problem():
+    # Labelled JSON: what may well be the API sent a broken body; that call fails as before.
+    broken = Reply(raw_body=b'{"choices": [', content_type="application/json")
+    with FakeOpenAIServer(lambda body: broken) as srv:
+        _, err = call_bounded(lambda: lm_for(srv, num_retries=0)("hello"))
+    assert err is not None and type(err).__name__ == "LMProviderError", err
+
+
+def test_an_html_page_stops_the_assessment_once_with_one_line_and_exit_2(tmp_path, image):
+    from typer.testing import CliRunner
+
+    from agentic_iqa.cli import app
+
+    with FakeOpenAIServer(lambda body: PORTAL) as srv:
+        res = CliRunner().invoke(app, ["assess", str(image), "--lm", "openai/fake-vlm", "--api-base", srv.base_url,
+                                       "--no-cache", "--config", str(tmp_path)], env={"COLUMNS": "400"})
+        n = len(srv.requests)
+    assert res.exit_code == 2, res.output
+    assert n == 1  # the planner's call: no stage after it asked again
+    assert "Traceback" not in res.output
+    err = " ".join(res.stderr.split())
+    assert err.startswith("error: the LM cannot be used") and srv.base_url in err and "Check api_base" in err
+
+
+def test_an_html_page_stops_a_batch(tmp_path, image):
+    from typer.testing import CliRunner
+
+    from agentic_iqa.cli import app
+
+    others = [write_test_image(tmp_path / f"p{k}.jpg", size=(64, 64), seed=k) for k in range(6)]
+    with FakeOpenAIServer(lambda body: PORTAL) as srv:
+        res = CliRunner().invoke(app, ["assess", *map(str, others), "--lm", "openai/fake-vlm", "--api-base", srv.base_url,
+                                       "--no-cache", "--config", str(tmp_path), "--out", str(tmp_path / "r.jsonl"),
+                                       "-j", "1", "--no-progress"], env={"COLUMNS": "400"})
+        n = len(srv.requests)
+    assert res.exit_code == 2, res.output
+    assert n == 1  # the first item's first call; the other items were not started
+    assert "Traceback" not in res.output and "not an OpenAI-compatible API" in res.output

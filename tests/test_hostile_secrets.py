@@ -95,3 +95,43 @@ def test_a_key_echoed_inside_the_model_answer_is_masked(tmp_path):
     assert "Sharp and clean" in outputs["--json"] or "Sharp and clean" in outputs["summary (stdout+stderr)"]
     for where, text in outputs.items():
         assert SENTINEL not in text, f"the key echoed in the answer reached the {where}"
+
+
+@pytest.fixture
+def dspy_warns_the_key(monkeypatch):
+    """Every assessment first logs a DSPy warning quoting the key (as DSPy and LiteLLM do when they log a
+    provider's error), through DSPy's own stderr handler. State an earlier test left in this process
+    (a redacting record factory, filters on DSPy's handler) is removed: each command must install it."""
+    import dspy  # noqa: F401 - DSPy's logger and its handler
+
+    from agentic_iqa.api import Assessor
+
+    original = Assessor.assess
+
+    def assess(self, *args, **kwargs):
+        logging.getLogger("dspy.clients.lm").warning("provider said: Incorrect API key provided: %s", SENTINEL)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Assessor, "assess", assess)
+    for handler in logging.getLogger("dspy").handlers:
+        monkeypatch.setattr(handler, "filters", [])
+    factory = logging.getLogRecordFactory()
+    logging.setLogRecordFactory(logging.LogRecord)
+    yield
+    logging.setLogRecordFactory(factory)
+
+
+@pytest.mark.parametrize("command", ["assess", "batch", "eval"])
+def test_dspy_log_lines_are_redacted_in_every_command(tmp_path, dspy_warns_the_key, command):
+    img = write_test_image(tmp_path / "p.jpg", size=(64, 48))
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text(json.dumps({"id": "r0", "image": img.name, "level": 1, "type": "white noise", "split": "test"}) + "\n")
+    args = {"assess": ["assess", str(img)], "batch": ["assess", str(img), "--out", str(tmp_path / "r.jsonl")],
+            "eval": ["eval", str(manifest), "--mode", "nr"]}[command]
+    quiet = runner.invoke(app, [*args, "--offline", "--no-cache"] if command != "eval" else [*args, "--offline"])
+    verbose = runner.invoke(app, [*args, "--offline", "--verbose", "--overwrite"] if command == "batch"
+                            else [*args, "--offline", "--verbose"])
+    assert quiet.exit_code == 0 and verbose.exit_code == 0, (quiet.output, verbose.output)
+    assert SENTINEL not in quiet.output and SENTINEL not in verbose.output
+    assert "Incorrect API key provided" not in quiet.output  # DSPy's log lines only with --verbose, as in compile
+    assert "Incorrect API key provided: ***" in verbose.output

@@ -70,3 +70,13 @@ def test_log_records_are_redacted_including_args_and_tracebacks(monkeypatch):
     assert len(records) == 2
     assert all(KEY not in r for r in records)
     assert "RuntimeError: echo ***" in records[1]
+
+
+def test_the_password_of_a_url_is_masked():
+    from agentic_iqa.config import RoleLM
+    from agentic_iqa.lm import build_lm
+
+    assert redact("at https://alice:hunter2secret@proxy.example/v1") == f"at https://{MASK}@proxy.example/v1"
+    assert redact("https://proxy.example/v1 and a@b.example") == "https://proxy.example/v1 and a@b.example"
+    build_lm(RoleLM(model="openai/m", api_base="http://bob:s3cret-pass-word@127.0.0.1:9/v1"))
+    assert redact("connect to bob:s3cret-pass-word@127.0.0.1:9 failed") == f"connect to bob:{MASK}@127.0.0.1:9 failed"

@@ -16,7 +16,8 @@ from typing import List, Optional
 
 import typer
 
-from agentic_iqa.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, DEVICE_HELP, WEIGHTS_DIR_HELP, fail, flag, unexpected
+from agentic_iqa.cli.common import (EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, DEVICE_HELP, NO_PROGRESS_HELP, WEIGHTS_DIR_HELP,
+                                     fail, flag, refuse_empty_model, unexpected)
 
 
 def assess_command(
@@ -27,7 +28,8 @@ def assess_command(
     ),
     query: Optional[str] = typer.Option(None, "--query", "-q", help="Question or request; default: rate the overall quality. In a batch: for every image (a manifest row's question wins)."),
     reference: Optional[str] = typer.Option(None, "--reference", "-r", help="Reference (pristine) image for full-reference tools (in a batch: for every image)."),
-    lm: Optional[str] = typer.Option(None, "--lm", help="DSPy model string for all three roles, e.g. openai/gpt-4o."),
+    lm: Optional[str] = typer.Option(None, "--lm", help="DSPy model string for all three roles, e.g. openai/gpt-4o.",
+                                     callback=refuse_empty_model),
     api_base: Optional[str] = typer.Option(None, "--api-base", help="Base URL of an OpenAI-compatible server."),
     config: Optional[Path] = typer.Option(None, "--config", help="Folder holding pipeline.yaml / model_backends.yaml."),
     device: Optional[str] = typer.Option(None, "--device", help=DEVICE_HELP),
@@ -54,7 +56,7 @@ def assess_command(
     concurrency: int = typer.Option(4, "--concurrency", "-j", min=1, max=64, help="Images assessed at once (LM calls overlap; tool runs take turns)."),
     allow_absolute: bool = flag("--allow-absolute", help="Let manifest paths point outside the manifest's folder (absolute paths, '..', symlinks)."),
     with_trace: bool = flag("--with-trace", help="Keep each result's full trace in the results file (with --engine ray: in each row's result)."),
-    no_progress: bool = flag("--no-progress", help="No progress on stderr (a bar on a terminal, else a line per 5 % of the images or per 10 s; with --engine ray: no Ray progress bars or progress log lines)."),
+    no_progress: bool = flag("--no-progress", help=NO_PROGRESS_HELP + "; with --engine ray: no Ray progress bars or progress log lines)."),
     # ── scale-out ──
     engine: str = typer.Option("local", "--engine", help="local | ray: run the batch on a Ray cluster (needs the \\[ray] extra); --out is then a folder of result shards."),
     address: Optional[str] = typer.Option(None, "--address", help="With --engine ray: the cluster to join (auto, ray://host:10001); default: start Ray on this machine."),
@@ -350,6 +352,7 @@ def answered_by(result) -> str:
 
 
 def render(result, verbose: bool = False) -> None:
+    from rich.cells import cell_len
     from rich.console import Console
     from rich.panel import Panel
     from rich.table import Table
@@ -360,10 +363,13 @@ def render(result, verbose: bool = False) -> None:
     if result.mode == "score" and r.score is not None:
         head = f"[bold]Level {r.level}[/] · score [bold]{r.score:.2f}[/] / 5"
     body = f"{head}\n\n{escape(r.quality_reasoning)}"
-    footer = escape(answered_by(result)[:240])
+    footer = answered_by(result)
     # A narrow answer must not cut the footer short (it names the stages that fell back).
-    width = min(con.width, max(con.measure(body).maximum + 4, len(footer) + 8, len(result.query[:200]) + 8))
-    con.print(Panel(body, title=f"[b]{escape(result.query[:200])}[/]", subtitle=footer, expand=True, width=width))
+    width = min(con.width, max(con.measure(body).maximum + 4, cell_len(footer) + 8, len(result.query[:200]) + 8))
+    subtitle = escape(footer)
+    if cell_len(footer) + 8 > width:  # a panel's subtitle is one line, cut at the border: inside, it wraps
+        body, subtitle = f"{body}\n\n[dim]{escape(footer)}[/]", None
+    con.print(Panel(body, title=f"[b]{escape(result.query[:200])}[/]", subtitle=subtitle, expand=True, width=width))
     ev = result.evidence
     if ev and ev.distortion_analysis and any(ev.distortion_analysis.values()):
         t = Table(title="Distortions", show_lines=False)

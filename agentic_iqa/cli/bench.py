@@ -9,8 +9,8 @@ from typing import Optional
 import typer
 
 from agentic_iqa.cli.progress import LineProgress
-from agentic_iqa.cli.common import (EXIT_BAD_INPUT, EXIT_PARTIAL, catch_sigint, fail, flag, restore_sigint, setup_logging,
-                                     stop_now, with_tool_options, DEVICE_HELP, WEIGHTS_DIR_HELP)
+from agentic_iqa.cli.common import (EXIT_BAD_INPUT, EXIT_PARTIAL, catch_sigint, fail, flag, refuse_empty_model, restore_sigint,
+                                     setup_logging, stop_now, with_tool_options, DEVICE_HELP, NO_PROGRESS_HELP, WEIGHTS_DIR_HELP)
 
 app = typer.Typer(help="Make the synthetic benchmark.", no_args_is_help=True, add_completion=False)
 
@@ -64,7 +64,8 @@ def eval_command(
     mode: str = typer.Option("both", "--mode", help="nr | fr | both: assess without and/or with the reference."),
     split: str = typer.Option("test", "--split", help="test | train | all rows of the manifest."),
     limit: Optional[int] = typer.Option(None, "--limit", help="Only the first N rows (after the split filter)."),
-    lm: Optional[str] = typer.Option(None, "--lm", help="DSPy model string; default: the configured LM, else offline."),
+    lm: Optional[str] = typer.Option(None, "--lm", help="DSPy model string; default: the configured LM, else offline.",
+                                     callback=refuse_empty_model),
     api_base: Optional[str] = typer.Option(None, "--api-base", help="Base URL of an OpenAI-compatible server."),
     config: Optional[Path] = typer.Option(None, "--config", help="Folder holding pipeline.yaml / model_backends.yaml."),
     device: Optional[str] = typer.Option(None, "--device", help=DEVICE_HELP),
@@ -74,6 +75,7 @@ def eval_command(
     as_json: bool = flag("--json", help="Print the report as JSON."),
     plot_path: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG of score vs level per type."),
     verbose: bool = flag("--verbose", "-v", help="Show log lines (INFO and above) while evaluating."),
+    no_progress: bool = flag("--no-progress", help=NO_PROGRESS_HELP + ")."),
 ) -> None:
     """Assess every manifest row and report SRCC/KRCC/PLCC, intra-group SRCC, detection and MCQ accuracy."""
     from rich.console import Console
@@ -98,9 +100,10 @@ def eval_command(
     modes = ["nr", "fr"] if mode == "both" else [mode]
     console = Console(stderr=True)
     # On a terminal a live bar; otherwise (a log file, CI) a plain line per N items or per few seconds.
-    lines = None if (as_json or console.is_terminal) else LineProgress("eval")
+    quiet = as_json or no_progress
+    lines = None if (quiet or console.is_terminal) else LineProgress("eval")
     with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
-                  TimeRemainingColumn(), console=console, disable=as_json or lines is not None) as progress:
+                  TimeRemainingColumn(), console=console, disable=quiet or lines is not None) as progress:
         task = progress.add_task("assessing", total=None)
 
         def on_item(item) -> None:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import sys
-from typing import NoReturn
+from typing import NoReturn, Optional
 
 import typer
 
@@ -22,6 +22,19 @@ def flag(*names: str, help: str, default: bool = False):
     type (`<bool>`), which made `--offline` look as if it took a value (`--offline true`)."""
     return typer.Option(default, *names, help=help, metavar="")
 
+
+def refuse_empty_model(ctx: typer.Context, param: typer.CallbackParam, value: Optional[str]) -> Optional[str]:
+    """`--lm ""` (an unset variable in a script) read as "no --lm" and quietly ran on the configured
+    model, or without one: refused, naming the way to run without a model."""
+    if value is not None and not value.strip():
+        without = "--lm demo (the scripted demo LM)" if ctx.info_name == "compile" else "--offline"
+        fail(f"{param.opts[0]} is empty: give a model as provider/model (e.g. openai/gpt-4o), or leave "
+             f"{param.opts[0]} out; to run without a model, pass {without}")
+    return value
+
+
+#: `--no-progress`, shared by `assess` and `eval` (assess adds what it means with --engine ray).
+NO_PROGRESS_HELP = "No progress on stderr (a bar on a terminal, else a line per 5 % of the images or per 10 s"
 
 #: `--device` / `--weights-dir`, shared by `assess`, `eval` and `tools run`.
 DEVICE_HELP = "Where the tools run: auto (CUDA, MPS, CPU), cpu, cuda, cuda:N, mps. Default: tools.device in the config."
@@ -65,17 +78,22 @@ def unexpected(exc: BaseException, what: str, code: int = EXIT_FAILED) -> NoRetu
 
 
 def setup_logging(verbose: bool = False) -> None:
-    """Degradations are reported in the result (fallbacks, notes); log lines only with --verbose."""
+    """Every command's logging, in this one place. Degradations are reported in the result (fallbacks,
+    notes); log lines only with --verbose, and every log line redacted: servers echo keys into messages
+    that we and the libraries log, and DSPy and LiteLLM log through handlers of their own."""
     import logging
 
-    logging.basicConfig(level=logging.INFO if verbose else logging.CRITICAL, format="%(levelname)s %(name)s: %(message)s")
-    from agentic_iqa.redact import RedactingFilter
+    from agentic_iqa.redact import redact_all_log_records
 
-    for handler in logging.getLogger().handlers:  # servers echo keys into messages we (and libraries) log
-        if not any(isinstance(f, RedactingFilter) for f in handler.filters):
-            handler.addFilter(RedactingFilter())
+    redact_all_log_records()
+    logging.basicConfig(level=logging.INFO if verbose else logging.CRITICAL, format="%(levelname)s %(name)s: %(message)s")
     for noisy in ("LiteLLM", "litellm", "httpx", "httpcore", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING if verbose else logging.CRITICAL)
+    # DSPy sets its logger to INFO when first imported ("INFO dspy.evaluate.evaluate: Average Metric: …"
+    # lines in `compile`), so it is imported first; every command that logs uses DSPy anyway.
+    import dspy  # noqa: F401
+
+    logging.getLogger("dspy").setLevel(logging.INFO if verbose else logging.CRITICAL)
     warn_unknown_env()
 
 
@@ -86,23 +104,6 @@ def warn_unknown_env() -> None:
     for name, close in unknown_env_vars():
         hint = f" (did you mean {close}?)" if close else ""
         sys.stderr.write(f"warning: {name} is not a variable agentic-iqa reads{hint}; it has no effect\n")
-
-
-def setup_dspy_logging(verbose: bool = False) -> None:
-    """DSPy's loggers have a stderr handler of their own (not the root's) at INFO, set when dspy is first
-    imported: quiet them without --verbose (`compile` printed "INFO dspy.evaluate.evaluate: Average
-    Metric: …" lines), and redact them like ours. Imports dspy: only for commands that use it anyway."""
-    import logging
-
-    import dspy  # noqa: F401 - configures the "dspy" logger and its handler
-
-    from agentic_iqa.redact import RedactingFilter
-
-    logger = logging.getLogger("dspy")
-    logger.setLevel(logging.INFO if verbose else logging.CRITICAL)
-    for handler in logger.handlers:
-        if not any(isinstance(f, RedactingFilter) for f in handler.filters):
-            handler.addFilter(RedactingFilter())
 
 
 def catch_sigint():

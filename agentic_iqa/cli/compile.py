@@ -16,7 +16,8 @@ from typing import Any, Optional
 
 import typer
 
-from agentic_iqa.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, catch_sigint, fail, flag, restore_sigint, stop_now
+from agentic_iqa.cli.common import (EXIT_BAD_INPUT, EXIT_FAILED, catch_sigint, fail, flag, refuse_empty_model, restore_sigint,
+                                     stop_now)
 
 DEMO = "demo"
 DEMO_NOTE = ("demo LM: scripted answers from the fixtures' own labels, right with a probability that rises "
@@ -28,9 +29,9 @@ fixtures_app = typer.Typer(help="Grow your own fixtures from saved assessments."
 def compile_command(
     module: str = typer.Option(..., "--module", "-m", help="planner | detect | analyze | select | summarize | all."),
     optimizer: str = typer.Option("bootstrap", "--optimizer", "-O", help="labeled | bootstrap | mipro | gepa."),
-    lm: Optional[str] = typer.Option(None, "--lm", help="Model that plays the module, e.g. openai/gpt-4o; 'demo' for the offline demo LM. Default: the configured role's model."),
-    teacher: Optional[str] = typer.Option(None, "--teacher", help="bootstrap/mipro: a (stronger) model that produces the demos; mipro: also proposes instructions."),
-    reflection_lm: Optional[str] = typer.Option(None, "--reflection-lm", help="gepa: the model that reflects on failures and rewrites instructions (default: --teacher, then --lm)."),
+    lm: Optional[str] = typer.Option(None, "--lm", help="Model that plays the module, e.g. openai/gpt-4o; 'demo' for the offline demo LM. Default: the configured role's model.", callback=refuse_empty_model),
+    teacher: Optional[str] = typer.Option(None, "--teacher", help="bootstrap/mipro: a (stronger) model that produces the demos; mipro: also proposes instructions.", callback=refuse_empty_model),
+    reflection_lm: Optional[str] = typer.Option(None, "--reflection-lm", help="gepa: the model that reflects on failures and rewrites instructions (default: --teacher, then --lm).", callback=refuse_empty_model),
     api_base: Optional[str] = typer.Option(None, "--api-base", help="Base URL of an OpenAI-compatible server."),
     config: Optional[Path] = typer.Option(None, "--config", help="Folder holding pipeline.yaml / model_backends.yaml."),
     trainset: Optional[Path] = typer.Option(None, "--trainset", help="Fixture JSONL to train on (all its lines). Default: the shipped fixtures' train split."),
@@ -47,13 +48,12 @@ def compile_command(
     """Tune an agent module's prompt (demos and/or instructions) on fixtures; report validation scores before and after."""
     # DSPy's optimizers draw tqdm bars of their own; ours replace them (tqdm reads this when first imported).
     os.environ.setdefault("TQDM_DISABLE", "1")
-    from agentic_iqa.cli.common import setup_dspy_logging, setup_logging
+    from agentic_iqa.cli.common import setup_logging
     from agentic_iqa.config import ConfigError
 
     from rich.markup import escape  # messages quote paths and pip extras ("dspy[optuna]"), not markup
 
     setup_logging(verbose)
-    setup_dspy_logging(verbose)
     from agentic_iqa.agents.modules import MODULE_NAMES  # the one table of agent modules
 
     modules = list(MODULE_NAMES) if module == "all" else [module]
