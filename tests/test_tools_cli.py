@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -119,3 +120,17 @@ def test_help_does_not_import_torch():
            "CliRunner().invoke(app, ['tools', '--help']); print('torch' in sys.modules, 'pyiqa' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
+
+
+def test_an_offline_assessment_does_not_import_dspy(tmp_path):
+    """DSPy (about 0.3-1 s to import) is for the model path: the offline answer every user gets without a key
+    never loads it, logging set up included (`setup_logging` quiets DSPy only once a model is used)."""
+    from canned import write_test_image
+
+    img = write_test_image(tmp_path / "p.png", size=(64, 48))
+    code = ("import sys; from agentic_iqa.cli import app; from typer.testing import CliRunner; "
+            f"r = CliRunner().invoke(app, ['assess', {str(img)!r}, '--offline', '--json', '--no-cache']); "
+            "print(r.exit_code, 'dspy' in sys.modules)")
+    env = {**os.environ, "AGENTIC_IQA_CACHE_DIR": str(tmp_path / "cache")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env, timeout=300)
+    assert out.stdout.split() == ["0", "False"], out.stderr[-2000:]

@@ -9,8 +9,8 @@ from typing import Optional
 import typer
 
 from agentic_iqa.cli.progress import LineProgress
-from agentic_iqa.cli.common import (EXIT_BAD_INPUT, EXIT_PARTIAL, catch_sigint, fail, flag, refuse_empty_model, restore_sigint,
-                                     setup_logging, stop_now, with_tool_options, DEVICE_HELP, NO_PROGRESS_HELP, WEIGHTS_DIR_HELP)
+from agentic_iqa.cli.common import (EXIT_BAD_INPUT, EXIT_PARTIAL, catch_sigint, fail, flag, quiet_dspy_logs, refuse_empty_model,
+                                     restore_sigint, setup_logging, stop_now, with_tool_options, DEVICE_HELP, NO_PROGRESS_HELP, WEIGHTS_DIR_HELP)
 
 app = typer.Typer(help="Make the synthetic benchmark.", no_args_is_help=True, add_completion=False)
 
@@ -92,6 +92,8 @@ def eval_command(
         fail(f"manifest {manifest} does not exist (make one with `agentic-iqa bench make DIR`)")
     try:
         settings = load_settings(config, lm=lm, api_base=api_base, backend="offline" if offline else None)
+        if settings.pipeline.backend != "offline" and settings.backends.any_model:
+            quiet_dspy_logs()
         assessor = Assessor(with_tool_options(settings, device, weights_dir))
     except ConfigError as exc:
         from rich.markup import escape

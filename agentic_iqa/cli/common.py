@@ -77,6 +77,9 @@ def unexpected(exc: BaseException, what: str, code: int = EXIT_FAILED) -> NoRetu
     fail(escape(f"{what}: {type(exc).__name__}: {exc}") + hint, code)
 
 
+_LOG_LEVEL = 50  # logging.CRITICAL until setup_logging chooses (INFO with --verbose)
+
+
 def setup_logging(verbose: bool = False) -> None:
     """Every command's logging, in this one place. Degradations are reported in the result (fallbacks,
     notes); log lines only with --verbose, and every log line redacted: servers echo keys into messages
@@ -85,16 +88,27 @@ def setup_logging(verbose: bool = False) -> None:
 
     from agentic_iqa.redact import redact_all_log_records
 
+    global _LOG_LEVEL
+    _LOG_LEVEL = logging.INFO if verbose else logging.CRITICAL
     redact_all_log_records()
-    logging.basicConfig(level=logging.INFO if verbose else logging.CRITICAL, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=_LOG_LEVEL, format="%(levelname)s %(name)s: %(message)s")
     for noisy in ("LiteLLM", "litellm", "httpx", "httpcore", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING if verbose else logging.CRITICAL)
-    # DSPy sets its logger to INFO when first imported ("INFO dspy.evaluate.evaluate: Average Metric: …"
-    # lines in `compile`), so it is imported first; every command that logs uses DSPy anyway.
-    import dspy  # noqa: F401
-
-    logging.getLogger("dspy").setLevel(logging.INFO if verbose else logging.CRITICAL)
+    if "dspy" in sys.modules:  # already loaded (by the caller): its level now; else when a model is used
+        quiet_dspy_logs()
     warn_unknown_env()
+
+
+def quiet_dspy_logs() -> None:
+    """DSPy sets its logger to INFO, with a handler of its own, when first imported ("INFO
+    dspy.evaluate.evaluate: Average Metric: …" lines in `compile`): give it the level `setup_logging` chose.
+    Called by a command once it knows it will use a model; it imports DSPy, which an offline run never needs
+    (about 0.3-1 s)."""
+    import logging
+
+    import dspy  # noqa: F401 - configures the "dspy" logger
+
+    logging.getLogger("dspy").setLevel(_LOG_LEVEL)
 
 
 def warn_unknown_env() -> None:

@@ -48,12 +48,13 @@ def compile_command(
     """Tune an agent module's prompt (demos and/or instructions) on fixtures; report validation scores before and after."""
     # DSPy's optimizers draw tqdm bars of their own; ours replace them (tqdm reads this when first imported).
     os.environ.setdefault("TQDM_DISABLE", "1")
-    from agentic_iqa.cli.common import setup_logging
+    from agentic_iqa.cli.common import quiet_dspy_logs, setup_logging
     from agentic_iqa.config import ConfigError
 
     from rich.markup import escape  # messages quote paths and pip extras ("dspy[optuna]"), not markup
 
     setup_logging(verbose)
+    quiet_dspy_logs()
     from agentic_iqa.agents.modules import MODULE_NAMES  # the one table of agent modules
 
     modules = list(MODULE_NAMES) if module == "all" else [module]
