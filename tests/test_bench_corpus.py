@@ -106,16 +106,18 @@ def test_deepin_was_scored_once_and_is_a_fold_now():
     assert "deepin (16 Unsplash photographs" in m["about"] and "so it became a fold" in m["about"]
 
 
-def test_solus_is_the_blind_source():
+def test_solus_was_scored_once_and_is_spent():
     """Solus's desktop backgrounds (getsolus/artwork at a pinned commit): 13 photographs by 13 photographers under CC BY or
-    CC BY-SA per file, blind (never scored). The space image, the abstract art, the logo tiles and the six files too
-    large to check here are left out and named; the hard clean photos were noted before any figure."""
+    CC BY-SA per file, blind for one session, scored once with the final fit, so spent; its terms allow fitting, so it
+    is to become a fold. The space image, the abstract art, the logo tiles and the six files too large to check here
+    are left out and named; the hard clean photos were noted before any figure."""
     m = json.loads(fc.MANIFEST.read_text())
     blind = fc.corpus_sources(m, blind=True)
-    assert [name for name, src in blind.items() if fc.blind_status(src) == "blind"] == ["solus"]
+    assert [name for name, src in blind.items() if fc.blind_status(src) == "blind"] == []  # a new one is to be found
     solus = blind["solus"]
     assert solus["registry"] == "GitHub" and solus["repo"] == "getsolus/artwork" and solus["where"] == "backgrounds/"
-    assert solus["commit"] == "935b24ac299470d3aea8bddf8f4e3e969a9b1abd" and "spent" not in solus
+    assert solus["commit"] == "935b24ac299470d3aea8bddf8f4e3e969a9b1abd"
+    assert fc.blind_status(solus) == "spent" and "Scored once" in solus["spent"] and "become a fold" in solus["spent"]
     assert len(solus["files"]) == 13 and "exhibición-freestyle-gp.jpg" in solus["files"]
     for f in solus["files"]:  # every kept photo names its photographer's licence
         assert Path(f).stem in solus["licence"], f
@@ -124,6 +126,7 @@ def test_solus_is_the_blind_source():
                      "luxor-nile"):
         assert f"{left_out}.jpg" not in solus["files"] and left_out in solus["licence"]
     assert "noted before any figure" in solus["licence"] and "solus (13 photographs" in m["about"]
+    assert "scored once (2026-11-26) and spent" in m["about"].split("solus (13 photographs")[1]
     assert not {(s.get("repo"), s.get("where")) for s in fc.corpus_sources(m).values()} & {(solus["repo"], solus["where"])}
 
 
@@ -255,14 +258,14 @@ def test_blind_report_scores_each_source_on_its_own_with_its_status(tmp_path, mo
         assert all(got[lad]["n"] == len(src["files"]) for lad in fc.LADDERS)
     assert all(len(sources) == 1 for sources, _ in seen) and len(seen) == 2 * len(report["sources"])
     assert [report["sources"][s]["status"] for s in ("cbsd68", "mcmaster", "urban100", "solus")] == [
-        "spent", "spent", "spent", "blind"]
+        "spent", "spent", "spent", "spent"]
     # the command prints one line per source and ladder, labelled with its status, and writes the per-source report
     out = tmp_path / "blind.json"
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "cbsd68 (spent, 68 photos), alt ladder" in printed and "mcmaster (spent, 18 photos), fit ladder" in printed
     assert "urban100 (spent, 93 photos), fit ladder" in printed and "budgie" not in printed
-    assert "solus (blind, 13 photos), alt ladder" in printed and "deepin" not in printed
+    assert "solus (spent, 13 photos), alt ladder" in printed and "deepin" not in printed
     assert set(json.loads(out.read_text())["sources"]) == {"cbsd68", "mcmaster", "urban100", "solus"}
     # --blind-source scores the named source alone (the spent ones are not measured again); a wrong name is refused
     seen.clear()
