@@ -404,10 +404,9 @@ def make_roles(settings: Settings, make_lm: Optional[Callable] = None):
     """VLM roles when a model is configured (with the offline analyst as their fallback), else the analyst."""
     from agentic_iqa.offline.analyst import OfflineRoles
 
-    backend = settings.pipeline.backend
-    if backend == "offline" or (backend == "auto" and not settings.backends.any_model):
+    if not settings.uses_model and settings.pipeline.backend != "vlm":
         return OfflineRoles()
-    if not settings.backends.any_model:
+    if not settings.uses_model:
         raise ConfigError("backend is 'vlm' but no model is configured: pass --lm MODEL or set configs/model_backends.yaml")
     from agentic_iqa.agents.vlm import VLMRoles
 

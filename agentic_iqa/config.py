@@ -163,6 +163,12 @@ class Settings(BaseModel):
     config_files: list[Path] = []  # the YAML files actually read (named by --verbose and the result's notes)
     sources: dict[str, str] = {}  # setting -> where its value came from, for error messages
 
+    @property
+    def uses_model(self) -> bool:
+        """A model answers (the offline analyst only as its fallback): a model is configured and the backend
+        is not forced offline."""
+        return self.pipeline.backend != "offline" and self.backends.any_model
+
     def build_registry(self, *, extra_tables: Iterable[Path] = (), device: Optional[str] = None,
                        weights_dir: Optional[Path] = None, cache: bool = True):
         """The tool registry for these settings (CLI flags passed here win). A device that does not

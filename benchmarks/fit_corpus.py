@@ -440,6 +440,14 @@ def blind_status(src: dict) -> str:
     return "spent" if src.get("spent") else "blind"
 
 
+def check_blind_names(only: set | None) -> None:
+    """``--blind-source`` names: each must be a blind source of the manifest."""
+    sources = corpus_sources(json.loads(MANIFEST.read_text()), blind=True)
+    if only is not None and only - sources.keys():
+        raise ValueError(f"not a blind source: {', '.join(sorted(only - sources.keys()))}; the blind sources are "
+                         f"{', '.join(sources)}")
+
+
 def blind_safe_thresholds(thresholds_path: Path) -> dict:
     """A finished fit to score the blind sources with; refused if it was fitted on any of them."""
     th = sv.load_thresholds(str(thresholds_path))
@@ -455,9 +463,7 @@ def blind_report(cache: Path, size: int, thresholds_path: Path, workers: int, on
     here)."""
     th = blind_safe_thresholds(thresholds_path)
     sources = corpus_sources(json.loads(MANIFEST.read_text()), blind=True)
-    if only is not None and only - sources.keys():
-        raise ValueError(f"not a blind source: {', '.join(sorted(only - sources.keys()))}; the blind sources are "
-                         f"{', '.join(sources)}")
+    check_blind_names(only)
     photos = build_corpus(cache, size, blind=True, only=only)
     if not photos:
         raise ValueError(f"{MANIFEST} names no blind source")

@@ -165,9 +165,10 @@ def main(argv=None) -> int:
     if args.blind_report:
         thresholds = fc.blind_safe_thresholds(sv.THRESHOLDS_PATH)
         only = set(args.blind_source) if args.blind_source else None
-        if only and only - fc.blind_source_names():
-            print(f"not a blind source: {', '.join(sorted(only - fc.blind_source_names()))}; the blind sources are "
-                  f"{', '.join(sorted(fc.blind_source_names()))}", file=sys.stderr)
+        try:
+            fc.check_blind_names(only)
+        except ValueError as e:
+            print(e, file=sys.stderr)
             return 2
         photos = fc.build_corpus(cache, args.size, blind=True, only=only)
         measured = fc.measure_corpus(photos, cache, args.workers, f"blind-{args.size}")

@@ -161,11 +161,11 @@ def _settings(lm, api_base, config, offline, programs, tool_options=(None, None,
         Console(stderr=True, highlight=False).print(
             f"[yellow]note:[/] --lm is ignored: the backend is 'offline' ({escape(where)}), so the offline analyst "
             "answers; set it to auto (or vlm) to use the model", soft_wrap=True)
-    if settings.pipeline.backend != "offline" and settings.backends.any_model:
+    if settings.uses_model:
         from agentic_iqa.cli.common import quiet_dspy_logs
 
         quiet_dspy_logs()
-    if programs and (settings.pipeline.backend == "offline" or not settings.backends.any_model):
+    if programs and not settings.uses_model:
         from rich.console import Console
 
         Console(stderr=True, highlight=False).print(

@@ -92,7 +92,7 @@ def eval_command(
         fail(f"manifest {manifest} does not exist (make one with `agentic-iqa bench make DIR`)")
     try:
         settings = load_settings(config, lm=lm, api_base=api_base, backend="offline" if offline else None)
-        if settings.pipeline.backend != "offline" and settings.backends.any_model:
+        if settings.uses_model:
             quiet_dspy_logs()
         assessor = Assessor(with_tool_options(settings, device, weights_dir))
     except ConfigError as exc:
