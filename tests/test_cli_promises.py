@@ -202,6 +202,19 @@ def test_an_empty_model_is_refused_not_read_as_no_model(args, without, tmp_path)
     assert "Traceback" not in res.output and len(res.output.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("args", [
+    ["assess", "example:chelsea", "--lm", "openai/gpt-4o", "--api-base", ""],
+    ["eval", "manifest.jsonl", "--api-base", " "],
+    ["compile", "--module", "planner", "--lm", "demo", "--api-base", ""],
+])
+def test_an_empty_api_base_is_refused_not_read_as_the_providers_endpoint(args):
+    """`--api-base "$URL"` with URL unset sent the requests (and the key) to the provider's own endpoint."""
+    res = CliRunner().invoke(app, args, env={"COLUMNS": "300"})
+    assert res.exit_code == 2, res.output
+    assert res.output.startswith("error: --api-base is empty") and "leave --api-base out" in res.output, res.output
+    assert "Traceback" not in res.output and len(res.output.strip().splitlines()) == 1
+
+
 def test_the_result_footer_wraps_in_a_narrow_terminal(monkeypatch, capsys):
     """A rich panel's subtitle is one line, cut at the border: at 60 columns "answered by …, with
     fallbacks in …" lost its end. A footer that does not fit goes inside the panel, where it wraps."""

@@ -33,6 +33,15 @@ def refuse_empty_model(ctx: typer.Context, param: typer.CallbackParam, value: Op
     return value
 
 
+def refuse_empty_api_base(ctx: typer.Context, param: typer.CallbackParam, value: Optional[str]) -> Optional[str]:
+    """`--api-base ""` (an unset variable in a script) was read as "no --api-base" and quietly sent the
+    requests to the provider's own endpoint: refused like an empty --lm."""
+    if value is not None and not value.strip():
+        fail("--api-base is empty: give the server's base URL (e.g. http://127.0.0.1:8000/v1), or leave --api-base "
+             "out to use the provider's own endpoint")
+    return value
+
+
 #: `--no-progress`, shared by `assess` and `eval` (assess adds what it means with --engine ray).
 NO_PROGRESS_HELP = "No progress on stderr (a bar on a terminal, else a line per 5 % of the images or per 10 s"
 
