@@ -106,18 +106,17 @@ def test_deepin_was_scored_once_and_is_a_fold_now():
     assert "deepin (16 Unsplash photographs" in m["about"] and "so it became a fold" in m["about"]
 
 
-def test_solus_was_scored_once_and_is_spent():
+def test_solus_was_scored_once_and_is_a_fold_now():
     """Solus's desktop backgrounds (getsolus/artwork at a pinned commit): 13 photographs by 13 photographers under CC BY or
-    CC BY-SA per file, blind for one session, scored once with the final fit, so spent; its terms allow fitting, so it
-    is to become a fold. The space image, the abstract art, the logo tiles and the six files too large to check here
-    are left out and named; the hard clean photos were noted before any figure."""
+    CC BY-SA per file, blind for one session, scored once with the final fit, so spent; its terms allow fitting, so once
+    a new blind source was found it became a fold. The space image, the abstract art, the logo tiles and the six files
+    too large to check here are left out and named; the hard clean photos were noted before any figure."""
     m = json.loads(fc.MANIFEST.read_text())
-    blind = fc.corpus_sources(m, blind=True)
-    assert [name for name, src in blind.items() if fc.blind_status(src) == "blind"] == []  # a new one is to be found
-    solus = blind["solus"]
+    solus = fc.corpus_sources(m)["solus"]
+    assert solus["blind"] is False and "Scored once" in solus["spent"]
+    assert "became a leave-one-source-out source" in solus["spent"]
     assert solus["registry"] == "GitHub" and solus["repo"] == "getsolus/artwork" and solus["where"] == "backgrounds/"
     assert solus["commit"] == "935b24ac299470d3aea8bddf8f4e3e969a9b1abd"
-    assert fc.blind_status(solus) == "spent" and "Scored once" in solus["spent"] and "become a fold" in solus["spent"]
     assert len(solus["files"]) == 13 and "exhibición-freestyle-gp.jpg" in solus["files"]
     for f in solus["files"]:  # every kept photo names its photographer's licence
         assert Path(f).stem in solus["licence"], f
@@ -127,17 +126,40 @@ def test_solus_was_scored_once_and_is_spent():
         assert f"{left_out}.jpg" not in solus["files"] and left_out in solus["licence"]
     assert "noted before any figure" in solus["licence"] and "solus (13 photographs" in m["about"]
     assert "scored once (2026-11-26) and spent" in m["about"].split("solus (13 photographs")[1]
-    assert not {(s.get("repo"), s.get("where")) for s in fc.corpus_sources(m).values()} & {(solus["repo"], solus["where"])}
+    assert "so it became a fold" in m["about"].split("solus (13 photographs")[1]
+
+
+def test_popos_was_scored_once_and_is_spent():
+    """Pop!_OS's wallpapers (pop-os/wallpapers at a pinned commit): 10 public-domain Unsplash photographs by 10
+    photographers, blind for one session, scored once with the final fit, so spent; its terms allow fitting, so it is
+    to become a fold. The space images, the illustrations and the five files the snapshot lacks are left out and named;
+    the hard clean photos were noted before any figure."""
+    m = json.loads(fc.MANIFEST.read_text())
+    blind = fc.corpus_sources(m, blind=True)
+    assert [name for name, src in blind.items() if fc.blind_status(src) == "blind"] == []  # a new one is to be found
+    popos = blind["popos"]
+    assert popos["registry"] == "GitHub" and popos["repo"] == "pop-os/wallpapers" and popos["where"] == "original/"
+    assert popos["commit"] == "03a25a14a76eaf3825b980ab50aad6698c1c5a35"
+    assert fc.blind_status(popos) == "spent" and "Scored once" in popos["spent"] and "become a fold" in popos["spent"]
+    assert len(popos["files"]) == 10 and set(popos["sha256"]) == set(popos["files"])
+    assert popos["licence"].startswith("Public domain") and "Unsplash photos are in the public domain" in popos["licence"]
+    for f in popos["files"]:  # every kept photo is named in the licence text
+        assert Path(f).stem in popos["licence"], f
+    for left_out in ("nasa-45068", "nasa-53884", "nasa-89127", "spacex-81773", "jake-hills-36605", "kate-hazen",
+                     "nick-nazzaro", "benjamin-voros-250200", "tim-mccartney-39907"):
+        assert not any(f.startswith(left_out) for f in popos["files"]) and left_out in popos["licence"]
+    assert "noted before any figure" in popos["licence"] and "popos (10 public-domain" in m["about"]
+    assert not {(s.get("repo"), s.get("where")) for s in fc.corpus_sources(m).values()} & {(popos["repo"], popos["where"])}
 
 
 def test_kodak_is_a_fold_now():
     """Kodak24 was scored blind once and is spent: a leave-one-source-out source (budgie, scored blind once, too)."""
     m = json.loads(fc.MANIFEST.read_text())
     training, blind = fc.corpus_sources(m), fc.corpus_sources(m, blind=True)
-    assert set(training) == {"skimage", "mate", "plasma", "lomiri", "kodak", "budgie", "deepin"}
+    assert set(training) == {"skimage", "mate", "plasma", "lomiri", "kodak", "budgie", "deepin", "solus"}
     # pyiqa's calibration photos are TID2013's references, i.e. Kodak photos again: not a source of their own
     assert not any("ResultsCalibra" in src["where"] for src in m["sources"].values())
-    assert set(blind) == {"cbsd68", "mcmaster", "urban100", "solus"}
+    assert set(blind) == {"cbsd68", "mcmaster", "urban100", "popos"}
     assert m["sources"]["kodak"]["blind"] is False and len(training["kodak"]["files"]) == 24
 
 
@@ -257,7 +279,7 @@ def test_blind_report_scores_each_source_on_its_own_with_its_status(tmp_path, mo
         assert got["status"] == fc.blind_status(src) and got["n_photos"] == len(src["files"])
         assert all(got[lad]["n"] == len(src["files"]) for lad in fc.LADDERS)
     assert all(len(sources) == 1 for sources, _ in seen) and len(seen) == 2 * len(report["sources"])
-    assert [report["sources"][s]["status"] for s in ("cbsd68", "mcmaster", "urban100", "solus")] == [
+    assert [report["sources"][s]["status"] for s in ("cbsd68", "mcmaster", "urban100", "popos")] == [
         "spent", "spent", "spent", "spent"]
     # the command prints one line per source and ladder, labelled with its status, and writes the per-source report
     out = tmp_path / "blind.json"
@@ -265,17 +287,17 @@ def test_blind_report_scores_each_source_on_its_own_with_its_status(tmp_path, mo
     printed = capsys.readouterr().out
     assert "cbsd68 (spent, 68 photos), alt ladder" in printed and "mcmaster (spent, 18 photos), fit ladder" in printed
     assert "urban100 (spent, 93 photos), fit ladder" in printed and "budgie" not in printed
-    assert "solus (spent, 13 photos), alt ladder" in printed and "deepin" not in printed
-    assert set(json.loads(out.read_text())["sources"]) == {"cbsd68", "mcmaster", "urban100", "solus"}
+    assert "popos (spent, 10 photos), alt ladder" in printed and "solus" not in printed
+    assert set(json.loads(out.read_text())["sources"]) == {"cbsd68", "mcmaster", "urban100", "popos"}
     # --blind-source scores the named source alone (the spent ones are not measured again); a wrong name is refused
     seen.clear()
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out),
-                    "--blind-source", "solus"]) == 0
-    assert set(json.loads(out.read_text())["sources"]) == {"solus"} and {s for src, _ in seen for s in src} == {"solus"}
+                    "--blind-source", "popos"]) == 0
+    assert set(json.loads(out.read_text())["sources"]) == {"popos"} and {s for src, _ in seen for s in src} == {"popos"}
     capsys.readouterr()
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out),
-                    "--blind-source", "deepin"]) == 2
-    assert "not a blind source: deepin; the blind sources are cbsd68, mcmaster, urban100, solus" in capsys.readouterr().err
+                    "--blind-source", "solus"]) == 2
+    assert "not a blind source: solus; the blind sources are cbsd68, mcmaster, urban100, popos" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------------------------ GitHub sources
@@ -366,8 +388,8 @@ def test_question_blind_report_asks_the_named_blind_source_only(tmp_path, monkey
     monkeypatch.setattr(qa, "summarize", lambda rows, folds: {"nr": {}, "fr": {}})
     out = tmp_path / "q.json"
     argv = ["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--json", str(out)]
-    assert qa.main([*argv, "--blind-source", "solus"]) == 0
-    assert asked == [{"solus"}] and set(json.loads(out.read_text())["sources"]) == {"solus"}
+    assert qa.main([*argv, "--blind-source", "popos"]) == 0
+    assert asked == [{"popos"}] and set(json.loads(out.read_text())["sources"]) == {"popos"}
     assert qa.main([*argv, "--blind-source", "kodak"]) == 2
     assert "not a blind source: kodak" in capsys.readouterr().err
 
