@@ -452,9 +452,9 @@ def test_narrowed_and_quality_questions_through_the_offline_pipeline(tmp_path, a
     assert [(d.type, d.severity) for d in rows] == [("Brightness change", "none")]
     too_dark = agentic_iqa.assess(str(dark), "Is the image too dark?", config=tmp_path, backend="offline", use_cache=False)
     assert too_dark.answer.startswith("Yes — under-exposure: ")
-    # Without a reference the NR tool has no weight (η 0), so the level is the analyst's: a strongly darkened astronaut
-    # measures poor (under 3.5), hence "not of good quality". (Level 5: since solus's low-key photos joined the fit
-    # (8 sources) level 4 reads 3.72, was 2.56 with 7; benchmarks/RESULTS.md follow-up 22.)
+    # A strongly darkened astronaut measures poor (the analyst's level under 3.5; the answer follows the level fused
+    # with BRISQUE), hence "not of good quality". (Level 5: since solus's low-key photos joined the fit (8 sources)
+    # level 4 reads 3.72, was 2.56 with 7; benchmarks/RESULTS.md follow-up 22.)
     darker = tmp_path / "darker.png"
     Image.fromarray(to_uint8(distort(astronaut, "darken", 5))).save(darker)
     good = agentic_iqa.assess(str(darker), "Is the image of good quality? A. Yes B. No", config=tmp_path,
