@@ -17,7 +17,7 @@ from typing import List, Optional
 import typer
 
 from agentic_iqa.cli.common import (EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, DEVICE_HELP, NO_PROGRESS_HELP, WEIGHTS_DIR_HELP,
-                                     fail, flag, refuse_empty_api_base, refuse_empty_model, unexpected)
+                                     fail, flag, refuse_empty, unexpected)
 
 
 def assess_command(
@@ -29,9 +29,9 @@ def assess_command(
     query: Optional[str] = typer.Option(None, "--query", "-q", help="Question or request; default: rate the overall quality. In a batch: for every image (a manifest row's question wins)."),
     reference: Optional[str] = typer.Option(None, "--reference", "-r", help="Reference (pristine) image for full-reference tools (in a batch: for every image)."),
     lm: Optional[str] = typer.Option(None, "--lm", help="DSPy model string for all three roles, e.g. openai/gpt-4o.",
-                                     callback=refuse_empty_model),
+                                     callback=refuse_empty),
     api_base: Optional[str] = typer.Option(None, "--api-base", help="Base URL of an OpenAI-compatible server.",
-                                           callback=refuse_empty_api_base),
+                                           callback=refuse_empty),
     config: Optional[Path] = typer.Option(None, "--config", help="Folder holding pipeline.yaml / model_backends.yaml."),
     device: Optional[str] = typer.Option(None, "--device", help=DEVICE_HELP),
     weights_dir: Optional[Path] = typer.Option(None, "--weights-dir", help=WEIGHTS_DIR_HELP),

@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from agentic_iqa.cli.progress import LineProgress
-from agentic_iqa.cli.common import (EXIT_BAD_INPUT, EXIT_PARTIAL, catch_sigint, fail, flag, quiet_dspy_logs, refuse_empty_api_base, refuse_empty_model,
+from agentic_iqa.cli.common import (EXIT_BAD_INPUT, EXIT_PARTIAL, catch_sigint, fail, flag, quiet_dspy_logs, refuse_empty,
                                      restore_sigint, setup_logging, stop_now, with_tool_options, DEVICE_HELP, NO_PROGRESS_HELP, WEIGHTS_DIR_HELP)
 
 app = typer.Typer(help="Make the synthetic benchmark.", no_args_is_help=True, add_completion=False)
@@ -65,9 +65,9 @@ def eval_command(
     split: str = typer.Option("test", "--split", help="test | train | all rows of the manifest."),
     limit: Optional[int] = typer.Option(None, "--limit", help="Only the first N rows (after the split filter)."),
     lm: Optional[str] = typer.Option(None, "--lm", help="DSPy model string; default: the configured LM, else offline.",
-                                     callback=refuse_empty_model),
+                                     callback=refuse_empty),
     api_base: Optional[str] = typer.Option(None, "--api-base", help="Base URL of an OpenAI-compatible server.",
-                                           callback=refuse_empty_api_base),
+                                           callback=refuse_empty),
     config: Optional[Path] = typer.Option(None, "--config", help="Folder holding pipeline.yaml / model_backends.yaml."),
     device: Optional[str] = typer.Option(None, "--device", help=DEVICE_HELP),
     weights_dir: Optional[Path] = typer.Option(None, "--weights-dir", help=WEIGHTS_DIR_HELP),

@@ -23,23 +23,19 @@ def flag(*names: str, help: str, default: bool = False):
     return typer.Option(default, *names, help=help, metavar="")
 
 
-def refuse_empty_model(ctx: typer.Context, param: typer.CallbackParam, value: Optional[str]) -> Optional[str]:
-    """`--lm ""` (an unset variable in a script) read as "no --lm" and quietly ran on the configured
-    model, or without one: refused, naming the way to run without a model."""
-    if value is not None and not value.strip():
-        without = "--lm demo (the scripted demo LM)" if ctx.info_name == "compile" else "--offline"
-        fail(f"{param.opts[0]} is empty: give a model as provider/model (e.g. openai/gpt-4o), or leave "
-             f"{param.opts[0]} out; to run without a model, pass {without}")
-    return value
-
-
-def refuse_empty_api_base(ctx: typer.Context, param: typer.CallbackParam, value: Optional[str]) -> Optional[str]:
-    """`--api-base ""` (an unset variable in a script) was read as "no --api-base" and quietly sent the
-    requests to the provider's own endpoint: refused like an empty --lm."""
-    if value is not None and not value.strip():
-        fail("--api-base is empty: give the server's base URL (e.g. http://127.0.0.1:8000/v1), or leave --api-base "
+def refuse_empty(ctx: typer.Context, param: typer.CallbackParam, value: Optional[str]) -> Optional[str]:
+    """A model option (`--lm`, `--teacher`, `--reflection-lm`) or `--api-base` given as "" (an unset variable in a
+    script) read as "not given": it quietly ran on the configured model, or without one, or sent the requests (and
+    the key) to the provider's own endpoint. Refused, naming what to do instead."""
+    if value is None or value.strip():
+        return value
+    opt = param.opts[0]
+    if param.name == "api_base":
+        fail(f"{opt} is empty: give the server's base URL (e.g. http://127.0.0.1:8000/v1), or leave {opt} "
              "out to use the provider's own endpoint")
-    return value
+    without = "--lm demo (the scripted demo LM)" if ctx.info_name == "compile" else "--offline"
+    fail(f"{opt} is empty: give a model as provider/model (e.g. openai/gpt-4o), or leave {opt} out; to run "
+         f"without a model, pass {without}")
 
 
 #: `--no-progress`, shared by `assess` and `eval` (assess adds what it means with --engine ray).

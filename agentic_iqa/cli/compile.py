@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 import typer
 
-from agentic_iqa.cli.common import (EXIT_BAD_INPUT, EXIT_FAILED, catch_sigint, fail, flag, refuse_empty_api_base, refuse_empty_model, restore_sigint,
+from agentic_iqa.cli.common import (EXIT_BAD_INPUT, EXIT_FAILED, catch_sigint, fail, flag, refuse_empty, restore_sigint,
                                      stop_now)
 
 DEMO = "demo"
@@ -29,11 +29,11 @@ fixtures_app = typer.Typer(help="Grow your own fixtures from saved assessments."
 def compile_command(
     module: str = typer.Option(..., "--module", "-m", help="planner | detect | analyze | select | summarize | all."),
     optimizer: str = typer.Option("bootstrap", "--optimizer", "-O", help="labeled | bootstrap | mipro | gepa."),
-    lm: Optional[str] = typer.Option(None, "--lm", help="Model that plays the module, e.g. openai/gpt-4o; 'demo' for the offline demo LM. Default: the configured role's model.", callback=refuse_empty_model),
-    teacher: Optional[str] = typer.Option(None, "--teacher", help="bootstrap/mipro: a (stronger) model that produces the demos; mipro: also proposes instructions.", callback=refuse_empty_model),
-    reflection_lm: Optional[str] = typer.Option(None, "--reflection-lm", help="gepa: the model that reflects on failures and rewrites instructions (default: --teacher, then --lm).", callback=refuse_empty_model),
+    lm: Optional[str] = typer.Option(None, "--lm", help="Model that plays the module, e.g. openai/gpt-4o; 'demo' for the offline demo LM. Default: the configured role's model.", callback=refuse_empty),
+    teacher: Optional[str] = typer.Option(None, "--teacher", help="bootstrap/mipro: a (stronger) model that produces the demos; mipro: also proposes instructions.", callback=refuse_empty),
+    reflection_lm: Optional[str] = typer.Option(None, "--reflection-lm", help="gepa: the model that reflects on failures and rewrites instructions (default: --teacher, then --lm).", callback=refuse_empty),
     api_base: Optional[str] = typer.Option(None, "--api-base", help="Base URL of an OpenAI-compatible server.",
-                                           callback=refuse_empty_api_base),
+                                           callback=refuse_empty),
     config: Optional[Path] = typer.Option(None, "--config", help="Folder holding pipeline.yaml / model_backends.yaml."),
     trainset: Optional[Path] = typer.Option(None, "--trainset", help="Fixture JSONL to train on (all its lines). Default: the shipped fixtures' train split."),
     valset: Optional[Path] = typer.Option(None, "--valset", help="Fixture JSONL to validate on (all its lines). Default: the shipped fixtures' val split."),
