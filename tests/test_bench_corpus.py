@@ -129,18 +129,17 @@ def test_solus_was_scored_once_and_is_a_fold_now():
     assert "so it became a fold" in m["about"].split("solus (13 photographs")[1]
 
 
-def test_popos_was_scored_once_and_is_spent():
+def test_popos_was_scored_once_and_is_a_fold_now():
     """Pop!_OS's wallpapers (pop-os/wallpapers at a pinned commit): 10 public-domain Unsplash photographs by 10
-    photographers, blind for one session, scored once with the final fit, so spent; its terms allow fitting, so it is
-    to become a fold. The space images, the illustrations and the five files the snapshot lacks are left out and named;
-    the hard clean photos were noted before any figure."""
+    photographers, blind for one session, scored once with the final fit, so spent; its terms allow fitting, so once a new
+    blind source was found it became a fold. The space images, the illustrations and the five files the snapshot lacks
+    are left out and named; the hard clean photos were noted before any figure."""
     m = json.loads(fc.MANIFEST.read_text())
-    blind = fc.corpus_sources(m, blind=True)
-    assert [name for name, src in blind.items() if fc.blind_status(src) == "blind"] == []  # a new one is to be found
-    popos = blind["popos"]
+    popos = fc.corpus_sources(m)["popos"]
+    assert popos["blind"] is False and "Scored once" in popos["spent"]
+    assert "became a leave-one-source-out source" in popos["spent"]
     assert popos["registry"] == "GitHub" and popos["repo"] == "pop-os/wallpapers" and popos["where"] == "original/"
     assert popos["commit"] == "03a25a14a76eaf3825b980ab50aad6698c1c5a35"
-    assert fc.blind_status(popos) == "spent" and "Scored once" in popos["spent"] and "become a fold" in popos["spent"]
     assert len(popos["files"]) == 10 and set(popos["sha256"]) == set(popos["files"])
     assert popos["licence"].startswith("Public domain") and "Unsplash photos are in the public domain" in popos["licence"]
     for f in popos["files"]:  # every kept photo is named in the licence text
@@ -149,17 +148,41 @@ def test_popos_was_scored_once_and_is_spent():
                      "nick-nazzaro", "benjamin-voros-250200", "tim-mccartney-39907"):
         assert not any(f.startswith(left_out) for f in popos["files"]) and left_out in popos["licence"]
     assert "noted before any figure" in popos["licence"] and "popos (10 public-domain" in m["about"]
-    assert not {(s.get("repo"), s.get("where")) for s in fc.corpus_sources(m).values()} & {(popos["repo"], popos["where"])}
+    assert "so it became a fold" in m["about"].split("popos (10 public-domain")[1]
+
+
+def test_elementary_is_the_blind_source():
+    """elementary OS's wallpapers (elementary/wallpapers at a pinned commit): 9 photographs by 9 photographers, CC0,
+    Unsplash or Pexels License per file as the repository's debian/copyright states, in no fold and no fit. The photo
+    deepin has too, the space image, the artwork and the three files the snapshot lacks are left out and named; the hard
+    clean photos were noted before any figure."""
+    m = json.loads(fc.MANIFEST.read_text())
+    blind = fc.corpus_sources(m, blind=True)
+    assert [name for name, src in blind.items() if fc.blind_status(src) == "blind"] == ["elementary"]
+    el = blind["elementary"]
+    assert el["registry"] == "GitHub" and el["repo"] == "elementary/wallpapers" and el["where"] == "backgrounds/"
+    assert el["commit"] == "2ce760b00b1e140a372ac5887eaea8a9a2696877"
+    assert len(el["files"]) == 9 and set(el["sha256"]) == set(el["files"])
+    for f in el["files"]:  # every kept photo is named in the licence text, with its terms
+        assert Path(f).stem in el["licence"], f
+    assert "CC0 (public domain)" in el["licence"] and "Unsplash License" in el["licence"] and "Pexels License" in el["licence"]
+    for left_out in ("Ashim DSilva", "Photo by SpaceX", "odin-dark", "Canazei Granite Ridges", "Nattu Adnan",
+                     "leigh-kendell-581"):
+        assert f"{left_out}.jpg" not in el["files"] and left_out in el["licence"]
+    # the left-out Ashim D'Silva photo is the one deepin (a fold) has, by its Unsplash id
+    assert "WeYamle9fDM" in el["licence"] and "ashim-d-silva-WeYamle9fDM-unsplash.jpg" in m["sources"]["deepin"]["files"]
+    assert "noted before any figure" in el["licence"] and "elementary (9 photographs" in m["about"]
+    assert not {(s.get("repo"), s.get("where")) for s in fc.corpus_sources(m).values()} & {(el["repo"], el["where"])}
 
 
 def test_kodak_is_a_fold_now():
     """Kodak24 was scored blind once and is spent: a leave-one-source-out source (budgie, scored blind once, too)."""
     m = json.loads(fc.MANIFEST.read_text())
     training, blind = fc.corpus_sources(m), fc.corpus_sources(m, blind=True)
-    assert set(training) == {"skimage", "mate", "plasma", "lomiri", "kodak", "budgie", "deepin", "solus"}
+    assert set(training) == {"skimage", "mate", "plasma", "lomiri", "kodak", "budgie", "deepin", "solus", "popos"}
     # pyiqa's calibration photos are TID2013's references, i.e. Kodak photos again: not a source of their own
     assert not any("ResultsCalibra" in src["where"] for src in m["sources"].values())
-    assert set(blind) == {"cbsd68", "mcmaster", "urban100", "popos"}
+    assert set(blind) == {"cbsd68", "mcmaster", "urban100", "elementary"}
     assert m["sources"]["kodak"]["blind"] is False and len(training["kodak"]["files"]) == 24
 
 
@@ -279,25 +302,25 @@ def test_blind_report_scores_each_source_on_its_own_with_its_status(tmp_path, mo
         assert got["status"] == fc.blind_status(src) and got["n_photos"] == len(src["files"])
         assert all(got[lad]["n"] == len(src["files"]) for lad in fc.LADDERS)
     assert all(len(sources) == 1 for sources, _ in seen) and len(seen) == 2 * len(report["sources"])
-    assert [report["sources"][s]["status"] for s in ("cbsd68", "mcmaster", "urban100", "popos")] == [
-        "spent", "spent", "spent", "spent"]
+    assert [report["sources"][s]["status"] for s in ("cbsd68", "mcmaster", "urban100", "elementary")] == [
+        "spent", "spent", "spent", "blind"]
     # the command prints one line per source and ladder, labelled with its status, and writes the per-source report
     out = tmp_path / "blind.json"
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "cbsd68 (spent, 68 photos), alt ladder" in printed and "mcmaster (spent, 18 photos), fit ladder" in printed
     assert "urban100 (spent, 93 photos), fit ladder" in printed and "budgie" not in printed
-    assert "popos (spent, 10 photos), alt ladder" in printed and "solus" not in printed
-    assert set(json.loads(out.read_text())["sources"]) == {"cbsd68", "mcmaster", "urban100", "popos"}
+    assert "elementary (blind, 9 photos), alt ladder" in printed and "popos" not in printed
+    assert set(json.loads(out.read_text())["sources"]) == {"cbsd68", "mcmaster", "urban100", "elementary"}
     # --blind-source scores the named source alone (the spent ones are not measured again); a wrong name is refused
     seen.clear()
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out),
-                    "--blind-source", "popos"]) == 0
-    assert set(json.loads(out.read_text())["sources"]) == {"popos"} and {s for src, _ in seen for s in src} == {"popos"}
+                    "--blind-source", "elementary"]) == 0
+    assert set(json.loads(out.read_text())["sources"]) == {"elementary"} and {s for src, _ in seen for s in src} == {"elementary"}
     capsys.readouterr()
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out),
-                    "--blind-source", "solus"]) == 2
-    assert "not a blind source: solus; the blind sources are cbsd68, mcmaster, urban100, popos" in capsys.readouterr().err
+                    "--blind-source", "popos"]) == 2
+    assert "not a blind source: popos; the blind sources are cbsd68, mcmaster, urban100, elementary" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------------------------ GitHub sources
@@ -388,8 +411,8 @@ def test_question_blind_report_asks_the_named_blind_source_only(tmp_path, monkey
     monkeypatch.setattr(qa, "summarize", lambda rows, folds: {"nr": {}, "fr": {}})
     out = tmp_path / "q.json"
     argv = ["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--json", str(out)]
-    assert qa.main([*argv, "--blind-source", "popos"]) == 0
-    assert asked == [{"popos"}] and set(json.loads(out.read_text())["sources"]) == {"popos"}
+    assert qa.main([*argv, "--blind-source", "elementary"]) == 0
+    assert asked == [{"elementary"}] and set(json.loads(out.read_text())["sources"]) == {"elementary"}
     assert qa.main([*argv, "--blind-source", "kodak"]) == 2
     assert "not a blind source: kodak" in capsys.readouterr().err
 
