@@ -4,7 +4,8 @@ Every LM we build is a `BudgetedLM`: DSPy's own retry loop is turned off and our
 DSPy's has no overall bound (a reply slower than the timeout cost (num_retries+1) x timeout plus backoff,
 and it sleeps whatever Retry-After the server sends). Ours keeps one wall-clock budget per call
 (`call_budget`, every request and every wait included), caps Retry-After (`max_retry_after`), refuses a
-reply over `max_reply_bytes` before anything parses it, and counts every HTTP request it sends
+reply over `max_reply_bytes` before anything parses it (and stops reading, and closes the connection of, a
+reply whose HTTP body outgrows that: see `_CappedTransport`), and counts every HTTP request it sends
 (`metering()`), so the trace's `lm_calls`/`retries` include the retries made below the agents. A 200
 reply that is not JSON at all (a captive portal's or a proxy's login page at the base URL) is
 `LMNotAnAPI`: a setup problem, said once, never retried.
@@ -82,7 +83,8 @@ class RequestMeter:
 
 
 _meters: contextvars.ContextVar[tuple[RequestMeter, ...]] = contextvars.ContextVar("agentic_iqa_lm_meters", default=())
-_inside: contextvars.ContextVar[bool] = contextvars.ContextVar("agentic_iqa_lm_inside", default=False)
+#: The BudgetedLM whose call runs in this context (None outside one): its own retries only, and its reply cap.
+_inside: contextvars.ContextVar[Optional[Any]] = contextvars.ContextVar("agentic_iqa_lm_inside", default=None)
 
 
 @contextlib.contextmanager
@@ -127,6 +129,153 @@ def _too_large(outputs: Any, limit: int) -> Optional[int]:
             if size > limit:
                 return size
     return None
+
+
+# ── the reply cap, kept while the body is read ──────────────────────────────────────────────────────
+
+
+def _body_limit(max_reply_bytes: int) -> int:
+    """The most HTTP body read for a reply whose text may have `max_reply_bytes`. The body is larger than
+    the text: JSON may spell one byte of it in up to 6 (\\u0001), and log-probs add a few hundred bytes
+    per token (the 4 MiB hold those of ~6,000 tokens at top_logprobs=5; max_tokens is 2048 by default).
+    So a reply that the text cap (`_too_large`, exact, once parsed) lets through is read whole, and
+    what is read stays bounded."""
+    return 8 * max_reply_bytes + 4 * 1024 * 1024
+
+
+class _BodyMeter:
+    """Counts one reply's body against the calling BudgetedLM's `_body_limit`; raises its LMReplyTooLarge."""
+
+    def __init__(self, lm: Any) -> None:
+        self.lm, self.limit, self.seen = lm, _body_limit(lm.max_reply_bytes), 0
+
+    def check_announced(self, reply: Any) -> None:
+        try:
+            length = int(reply.header("content-length") or 0)
+        except ValueError:  # unreadable: the count below still holds
+            return
+        if length > self.limit:
+            raise self.lm._too_large_error(f"{length:,} bytes (its Content-Length; not read)")
+
+    def count(self, chunk: bytes) -> bytes:
+        self.seen += len(chunk)
+        if self.seen > self.limit:
+            raise self.lm._too_large_error(f"more than {self.limit:,} bytes (read no further)")
+        return chunk
+
+
+class _CountedReply:
+    """A reply of lm15's transport whose body is counted (`_BodyMeter`) as it is read."""
+
+    def __init__(self, reply: Any, meter: _BodyMeter) -> None:
+        self._reply, self._meter = reply, meter
+        self.status, self.reason, self.headers, self.http_version = (
+            reply.status, reply.reason, reply.headers, reply.http_version)
+
+    def header(self, name: str) -> Optional[str]:
+        return self._reply.header(name)
+
+
+class _CappedReply(_CountedReply):
+    """Sync. Leaving its `with` block (the count raised) closes it."""
+
+    def __iter__(self) -> Iterator[bytes]:  # no iter_lines(): lm15 then splits lines from this
+        for chunk in self._reply:
+            yield self._meter.count(chunk)
+
+    def read(self) -> bytes:
+        return b"".join(self)
+
+    def close(self) -> None:
+        self._reply.close()  # a body not read to its end: lm15 closes the connection rather than reuse it
+        # lm15's sync transport gives the connection's pool slot back only when the body's iterator ends,
+        # which closing does not do: end it now (the socket closed, at once, in an error). Else an abandoned
+        # body held the slot until collected, and one never started held it for good.
+        with contextlib.suppress(Exception):
+            for _ in self._reply:
+                pass
+
+    def __enter__(self) -> "_CappedReply":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class _CappedAsyncReply(_CountedReply):
+    """Async; closed (as above) by the `async with` of its `_CappedAsyncStream`."""
+
+    async def __aiter__(self):  # no aiter_lines(): as above
+        async for chunk in self._reply:
+            yield self._meter.count(chunk)
+
+    async def read(self) -> bytes:
+        return b"".join([chunk async for chunk in self])
+
+
+class _CappedAsyncStream:
+    """`async with transport.stream(request) as reply`, for lm15's async transport, with the reply capped."""
+
+    def __init__(self, stream: Any, meter: _BodyMeter) -> None:
+        self._stream, self._meter = stream, meter
+
+    async def __aenter__(self) -> _CappedAsyncReply:
+        reply = await self._stream.__aenter__()
+        try:
+            self._meter.check_announced(reply)
+        except BaseException:
+            await self._stream.__aexit__(None, None, None)  # closes the connection, its body unread
+            raise
+        return _CappedAsyncReply(reply, self._meter)
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self._stream.__aexit__(*exc)
+
+
+class _CappedTransport:
+    """The HTTP transport of DSPy's native engine (lm15's StdlibTransport or StdlibAsyncTransport), reading
+    a reply only up to the calling BudgetedLM's `_body_limit`: a body announced larger (Content-Length) is
+    refused before any of it is read, a longer one as soon as the limit is passed, either way as
+    LMReplyTooLarge and with its connection closed. Before, the whole body (endless, from a broken or
+    hostile server) was read into memory and only then measured. Outside a BudgetedLM call (DSPy's
+    typed API) it is the transport as is."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:  # close/aclose, pool_stats, ...: the wrapped transport's
+        return getattr(self._inner, name)
+
+    def stream(self, request: Any) -> Any:
+        lm = _inside.get()
+        if lm is None:
+            return self._inner.stream(request)
+        meter = _BodyMeter(lm)
+        if hasattr(self._inner, "aclose"):  # async: stream() gives a context manager to enter
+            return _CappedAsyncStream(self._inner.stream(request), meter)
+        reply = _CappedReply(self._inner.stream(request), meter)
+        try:
+            meter.check_announced(reply)
+        except BaseException:
+            reply.close()
+            raise
+        return reply
+
+
+class _CappingEngines(dict):
+    """A BudgetedLM's `_engine_store`: where DSPy (dspy/clients/execution.py, `_select_engine`) keeps the
+    native engines it builds for the LM, one per event loop and timeout. DSPy has no option for the
+    transport, so each new engine's router gets `_CappedTransport` here, before its first request (the
+    router builds its transport on first use). These are DSPy/lm15 internals: if a DSPy upgrade moves
+    them, nothing is wrapped and the cap applies after parsing only, and the tests of
+    tests/test_hostile_lm.py that flood the client fail. LiteLLM, DSPy's fallback engine for what lm15
+    cannot send, is not covered: there the cap applies after parsing."""
+
+    def __setitem__(self, key: Any, engine: Any) -> None:
+        router = getattr(engine, "router", None)
+        if router is not None and getattr(router, "_transport", False) is None and router.config.transport is None:
+            router._transport = _CappedTransport(router._shared_transport())
+        super().__setitem__(key, engine)
 
 
 class _Overran(Exception):
@@ -247,7 +396,7 @@ def _budgeted_lm_class() -> type:
 
         @property
         def num_retries(self) -> int:  # type: ignore[override]
-            return 0 if _inside.get() else self._retries
+            return 0 if _inside.get() is not None else self._retries
 
         @num_retries.setter
         def num_retries(self, value: int) -> None:
@@ -294,14 +443,25 @@ def _budgeted_lm_class() -> type:
                 model=self.model,
             )
 
+        @property
+        def _engine_store(self) -> dict:
+            return self.__dict__["_engine_store"]
+
+        @_engine_store.setter
+        def _engine_store(self, engines: dict) -> None:  # set by dspy.LM (on init and unpickling)
+            self.__dict__["_engine_store"] = _CappingEngines(engines)
+
+        def _too_large_error(self, size: str) -> Exception:
+            return LMReplyTooLarge(
+                f"the reply is {size}, over max_reply_bytes ({self.max_reply_bytes:,}); refused unparsed "
+                "(raise max_reply_bytes in configs/model_backends.yaml if a model really answers at that length)",
+                model=self.model,
+            )
+
         def _checked(self, outputs: Any) -> Any:
             size = _too_large(outputs, self.max_reply_bytes)
             if size is not None:
-                raise LMReplyTooLarge(
-                    f"the reply is {size:,} bytes, over max_reply_bytes ({self.max_reply_bytes:,}); refused unparsed "
-                    "(raise max_reply_bytes in configs/model_backends.yaml if a model really answers at that length)",
-                    model=self.model,
-                )
+                raise self._too_large_error(f"{size:,} bytes")
             return outputs
 
         def _timeout_for(self, kwargs: dict, deadline: float) -> float:
@@ -318,7 +478,7 @@ def _budgeted_lm_class() -> type:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise self._exhausted(attempt, "the budget ran out between requests")
-                token = _inside.set(True)
+                token = _inside.set(self)
                 try:
                     _count_request()
                     outputs = _within(remaining, send, prompt, messages=messages,
@@ -344,7 +504,7 @@ def _budgeted_lm_class() -> type:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise self._exhausted(attempt, "the budget ran out between requests")
-                token = _inside.set(True)
+                token = _inside.set(self)
                 try:
                     _count_request()
                     outputs = await asyncio.wait_for(

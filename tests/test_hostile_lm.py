@@ -189,6 +189,136 @@ def test_reply_under_the_cap_passes():
     assert out == ["é" * 1000]
 
 
+# ── a reply that does not end: the cap bounds what is read, not only what is parsed ────────────────
+
+MiB = 1024 * 1024
+
+
+class Flood:
+    """A raw HTTP server answering every request 200 at once, then body bytes as fast as the client
+    takes them until the client hangs up, or `ceiling` bytes or `seconds` have gone. `framing`: "chunked",
+    "close" (no length: the body ends when the connection does) or "length" (an honest Content-Length of
+    a terabyte). `sent` counts the body bytes that got out, `hung_up` says the client closed first (a
+    client that stops reading without closing stalls the server's send: after 5 s it gives up)."""
+
+    PREFIX = b'{"id":"chatcmpl-flood","object":"chat.completion","choices":[{"index":0,"message":{"content":"'
+
+    def __init__(self, framing: str, ceiling: int = 256 * MiB, seconds: float = 30.0):
+        import socket
+
+        self.framing, self.ceiling, self.seconds = framing, ceiling, seconds
+        self.requests, self.sent, self.hung_up = 0, 0, False
+        self._listener = socket.socket()
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(8)
+        self._stop = threading.Event()
+        self._answering: list[threading.Thread] = []
+        self.base_url = f"http://127.0.0.1:{self._listener.getsockname()[1]}/v1"
+
+    def _answer(self, conn) -> None:
+        import time
+
+        with conn:
+            conn.settimeout(5.0)
+            head = b""
+            while b"\r\n\r\n" not in head:
+                data = conn.recv(65536)
+                if not data:
+                    return
+                head += data
+            self.requests += 1
+            framing = {"chunked": b"Transfer-Encoding: chunked\r\n", "close": b"Connection: close\r\n",
+                       "length": b"Content-Length: %d\r\n" % 10**12}[self.framing]
+            piece = b"x" * 65536
+            frame = (lambda b: b"%x\r\n%s\r\n" % (len(b), b)) if self.framing == "chunked" else (lambda b: b)
+            ends = time.monotonic() + self.seconds
+            try:
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n" + framing + b"\r\n"
+                             + frame(self.PREFIX))
+                while self.sent < self.ceiling and time.monotonic() < ends and not self._stop.is_set():
+                    conn.sendall(frame(piece))
+                    self.sent += len(piece)
+            except TimeoutError:
+                return
+            except OSError:
+                self.hung_up = True
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:
+                return
+            answer = threading.Thread(target=self._answer, args=(conn,), daemon=True)
+            self._answering.append(answer)
+            answer.start()
+
+    def __enter__(self) -> "Flood":
+        threading.Thread(target=self._serve, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for answer in self._answering:  # `sent` and `hung_up` are final once every answer has ended
+            answer.join(10)
+        self._stop.set()
+        self._listener.close()
+
+
+def _call(lm, how: str):
+    import asyncio
+
+    return call_bounded(lambda: lm("hello") if how == "sync" else asyncio.run(lm.acall("hello")))
+
+
+@pytest.mark.parametrize("how", ["sync", "async"])
+@pytest.mark.parametrize("framing", ["chunked", "close"])
+def test_an_endless_reply_is_cut_off_while_it_is_read(framing, how):
+    # Before, the whole body was read into memory and only then measured: the client took all 256 MiB
+    # the server offered (or, from a server that never stops, as much as arrived until the budget ran
+    # out) before refusing a reply capped at 64 KiB. Now reading stops at the cap's body limit
+    # (8 x 64 KiB + 4 MiB, see agentic_iqa.lm._body_limit) and the connection is closed. What the
+    # server still got out beyond that sat in the two sockets' buffers.
+    with Flood(framing) as srv:
+        lm = lm_for(srv, num_retries=3, max_reply_bytes=64 * 1024)
+        _, err = _call(lm, how)
+    assert type(err).__name__ == "LMReplyTooLarge", err
+    assert "the reply is more than 4,718,592 bytes (read no further), over max_reply_bytes (65,536)" in str(err), err
+    assert "refused unparsed" in str(err)
+    assert srv.requests == 1  # not retried
+    assert srv.hung_up and srv.sent < 64 * MiB, srv.sent  # the client closed the connection, far below 256 MiB
+    assert not lm_unreachable(err)
+
+
+@pytest.mark.parametrize("how", ["sync", "async"])
+def test_a_reply_announcing_a_terabyte_is_refused_unread(how):
+    # Before, the client read what came (all 256 MiB) and then failed on the missing rest, a transport
+    # error it retried. Now the Content-Length alone refuses it: what got out sat in the sockets' buffers.
+    with Flood("length") as srv:
+        lm = lm_for(srv, num_retries=3, max_reply_bytes=64 * 1024)
+        _, err = _call(lm, how)
+    assert type(err).__name__ == "LMReplyTooLarge", err
+    assert "the reply is 1,000,000,000,000 bytes (its Content-Length; not read), over max_reply_bytes (65,536)" in str(err), err
+    assert srv.requests == 1
+    assert srv.hung_up and srv.sent < 64 * MiB, srv.sent
+
+
+def test_refused_replies_give_their_connection_slot_back():
+    # lm15's sync transport has 100 connection slots and gives one back when a reply's body iterator
+    # ends, which closing the reply does not do: had a reply refused on its Content-Length only been
+    # closed, each would keep its slot for good, and the 101st request would wait `timeout` for a free
+    # one and fail. (The garbage collector is off: nothing may depend on it.)
+    import gc
+
+    gc.disable()
+    try:
+        with Flood("length", ceiling=0) as srv:
+            lm = lm_for(srv, num_retries=0, timeout=1, max_reply_bytes=1024)
+            errors = [call_bounded(lambda: lm("hello"))[1] for _ in range(105)]
+    finally:
+        gc.enable()
+    assert {type(e).__name__ for e in errors} == {"LMReplyTooLarge"}, errors[-1]
+
+
 def test_config_rejects_a_non_positive_budget_or_cap():
     from pydantic import ValidationError
 
