@@ -235,3 +235,29 @@ def test_the_result_footer_wraps_in_a_narrow_terminal(monkeypatch, capsys):
     monkeypatch.setenv("COLUMNS", "200")  # where it fits it stays the panel's subtitle
     render(result)
     assert any(footer in line and line.startswith("╰") for line in capsys.readouterr().out.splitlines())
+
+
+def _column(out: str, index: int) -> str:
+    """Column `index` of a rich table's body rows, its cells joined: a folded word comes back whole."""
+    return "".join(line.split("│")[index].strip() for line in out.splitlines() if line.startswith("│ "))
+
+
+def test_a_narrow_terminal_wraps_what_the_user_asked_for_instead_of_cutting_it(monkeypatch, capsys):
+    """At 60 columns the tools table showed "Global/Ov…" and a long question, the panel's title, lost its
+    end: cells fold, and a question too long for the title is the panel's first line, where it wraps."""
+    from agentic_iqa import assess
+    from agentic_iqa.cli.assess import render
+
+    question = "Is the sky in the upper left corner of this photograph blurry or sharp? A. Yes B. No"
+    result = assess("example:chelsea", backend="offline")
+    monkeypatch.setenv("COLUMNS", "60")
+    render(result)
+    out = capsys.readouterr().out
+    assert "…" not in out and max(len(line) for line in out.splitlines()) <= 60
+    assert "Global/Overall" in _column(out.split("┡")[1], 2), out  # the tools table, below its header
+    for columns in ("60", "80"):
+        monkeypatch.setenv("COLUMNS", columns)
+        render(result.model_copy(update={"query": question}))
+        out = capsys.readouterr().out
+        assert "…" not in out and max(len(line) for line in out.splitlines()) <= int(columns)
+        assert question in " ".join(re.sub(r"[│╭╮╰╯─]", " ", out).split()), out

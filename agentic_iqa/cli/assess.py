@@ -17,7 +17,7 @@ from typing import List, Optional
 import typer
 
 from agentic_iqa.cli.common import (EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, DEVICE_HELP, NO_PROGRESS_HELP, WEIGHTS_DIR_HELP,
-                                     fail, flag, refuse_empty, unexpected)
+                                     fail, flag, folding, refuse_empty, unexpected)
 
 
 def assess_command(
@@ -374,7 +374,10 @@ def render(result, verbose: bool = False) -> None:
     subtitle = escape(footer)
     if cell_len(footer) + 8 > width:  # a panel's subtitle is one line, cut at the border: inside, it wraps
         body, subtitle = f"{body}\n\n[dim]{escape(footer)}[/]", None
-    con.print(Panel(body, title=f"[b]{escape(result.query[:200])}[/]", subtitle=subtitle, expand=True, width=width))
+    title = f"[b]{escape(result.query)}[/]"
+    if cell_len(result.query) + 6 > width:  # the title is one line too, cut with "…": the question opens the body
+        body, title = f"{title}\n\n{body}", None
+    con.print(Panel(body, title=title, subtitle=subtitle, expand=True, width=width))
     ev = result.evidence
     if ev and ev.distortion_analysis and any(ev.distortion_analysis.values()):
         t = Table(title="Distortions", show_lines=False)
@@ -383,7 +386,7 @@ def render(result, verbose: bool = False) -> None:
         for obj, items in ev.distortion_analysis.items():
             for it in items:
                 t.add_row(escape(obj), it.type, it.severity, escape(it.explanation))
-        con.print(t)
+        con.print(folding(t))
     if ev and ev.tool_logs:
         t = Table(title="Tools")
         for col in ("tool", "for", "raw", "score 1–5", "time", "note"):
@@ -397,7 +400,7 @@ def render(result, verbose: bool = False) -> None:
             raw = "–" if lg.raw_score != lg.raw_score else f"{lg.raw_score:.4g}"
             norm = "–" if lg.normalized_score != lg.normalized_score else f"{lg.normalized_score:.2f}"
             t.add_row(lg.tool_name, escape(", ".join(serves)), raw, norm, f"{lg.execution_time * 1000:.0f} ms", note)
-        con.print(t)
+        con.print(folding(t))
     if r.prob_mode:
         con.print(f"[dim]fusion: {r.prob_mode} probabilities — {escape(r.prob_source or '')}[/]")
     for n in result.notes:
@@ -665,7 +668,7 @@ def render_summary(summary) -> None:
     if d["mean_score"] is not None:
         t.add_row("mean score", f"{d['mean_score']:.2f} / 5")
     t.add_row("results", escape(summary.out))
-    con.print(t)
+    con.print(folding(t))
     failures = [f for f in summary.failures if f["error_type"] != "lm_setup"]  # said once, under "stopped"
     setup_failed = len(summary.failures) - len(failures)
     shown = failures[:10]

@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from agentic_iqa.cli.progress import LineProgress
-from agentic_iqa.cli.common import (EXIT_BAD_INPUT, EXIT_PARTIAL, catch_sigint, fail, flag, quiet_dspy_logs, refuse_empty,
+from agentic_iqa.cli.common import (EXIT_BAD_INPUT, EXIT_PARTIAL, catch_sigint, fail, flag, folding, quiet_dspy_logs, refuse_empty,
                                      restore_sigint, setup_logging, stop_now, with_tool_options, DEVICE_HELP, NO_PROGRESS_HELP, WEIGHTS_DIR_HELP)
 
 app = typer.Typer(help="Make the synthetic benchmark.", no_args_is_help=True, add_completion=False)
@@ -174,7 +174,7 @@ def render(report: dict, console) -> None:
         if "vs_mos" in part:
             c = part["vs_mos"]
             t.add_row("score vs MOS", str(c["n"]), fmt(c["srcc"]), fmt(c["krcc"]), fmt(c["plcc"]))
-        console.print(t)
+        console.print(folding(t))
         lines = []
         if "detection" in part:
             d, h = part["detection"], part["detection_levels_3_5"]

@@ -55,6 +55,16 @@ def with_tool_options(settings, device=None, weights_dir=None):
     return settings
 
 
+def folding(table):
+    """`table` with every wrapping column folding a word longer than the column (a path, "Global/Overall")
+    instead of rich's default, cutting it with "…": on a narrow terminal nothing the user asked for is lost.
+    Where everything fits, the table prints as before."""
+    for column in table.columns:
+        if not column.no_wrap:
+            column.overflow = "fold"
+    return table
+
+
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
     """Print one clear line to stderr (no traceback) and exit with `code`."""
     from rich.console import Console

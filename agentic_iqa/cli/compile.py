@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 import typer
 
-from agentic_iqa.cli.common import (EXIT_BAD_INPUT, EXIT_FAILED, catch_sigint, fail, flag, refuse_empty, restore_sigint,
+from agentic_iqa.cli.common import (EXIT_BAD_INPUT, EXIT_FAILED, catch_sigint, fail, flag, folding, refuse_empty, restore_sigint,
                                      stop_now)
 
 DEMO = "demo"
@@ -243,7 +243,7 @@ def _print_table(rows: list[dict]) -> None:
         delta = "–" if r["delta"] is None else f"[{colour}]{r['delta']:+.3f}[/]"
         table.add_row(r["module"], str(r["val_examples"]), fmt(r["before"]), fmt(r["after"]), delta,
                       str(r["lm_calls"].get("total", 0)), r["program"])
-    con.print(table)
+    con.print(folding(table))
     for r in rows:
         calls = r["lm_calls"]
         evals = sum(calls.get(p, {}).get("task", 0) for p in ("evaluate_before", "evaluate_after"))

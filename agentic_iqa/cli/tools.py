@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
-from agentic_iqa.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, fail, flag, unexpected, DEVICE_HELP, WEIGHTS_DIR_HELP
+from agentic_iqa.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, fail, flag, folding, unexpected, DEVICE_HELP, WEIGHTS_DIR_HELP
 
 if TYPE_CHECKING:
     from iqa_tools import ToolRegistry
@@ -112,7 +112,7 @@ def list_tools(
             runs, note = "[red]no[/]", escape(weights.summarize_missing(weights.check(spec, reg.weights_dir)))
         table.add_row(spec.name, spec.mode, strengths, runs, note)
     console = Console()
-    console.print(table)
+    console.print(folding(table))
     if any(not ok for _, ok, _ in rows):
         hub = torch_hub_dir()
         console.print(
