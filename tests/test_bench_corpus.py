@@ -151,15 +151,17 @@ def test_popos_was_scored_once_and_is_a_fold_now():
     assert "so it became a fold" in m["about"].split("popos (10 public-domain")[1]
 
 
-def test_elementary_is_the_blind_source():
+def test_elementary_was_scored_once_and_is_spent():
     """elementary OS's wallpapers (elementary/wallpapers at a pinned commit): 9 photographs by 9 photographers, CC0,
-    Unsplash or Pexels License per file as the repository's debian/copyright states, in no fold and no fit. The photo
-    deepin has too, the space image, the artwork and the three files the snapshot lacks are left out and named; the hard
-    clean photos were noted before any figure."""
+    Unsplash or Pexels License per file as the repository's debian/copyright states, blind for one session, scored once
+    with the final fit, so spent; its terms allow fitting, so it is to become a fold. The photo deepin has too, the space
+    image, the artwork and the three files the snapshot lacks are left out and named; the hard clean photos were noted
+    before any figure."""
     m = json.loads(fc.MANIFEST.read_text())
     blind = fc.corpus_sources(m, blind=True)
-    assert [name for name, src in blind.items() if fc.blind_status(src) == "blind"] == ["elementary"]
+    assert [name for name, src in blind.items() if fc.blind_status(src) == "blind"] == []  # a new one is to be found
     el = blind["elementary"]
+    assert fc.blind_status(el) == "spent" and "Scored once" in el["spent"] and "become a fold" in el["spent"]
     assert el["registry"] == "GitHub" and el["repo"] == "elementary/wallpapers" and el["where"] == "backgrounds/"
     assert el["commit"] == "2ce760b00b1e140a372ac5887eaea8a9a2696877"
     assert len(el["files"]) == 9 and set(el["sha256"]) == set(el["files"])
@@ -303,14 +305,14 @@ def test_blind_report_scores_each_source_on_its_own_with_its_status(tmp_path, mo
         assert all(got[lad]["n"] == len(src["files"]) for lad in fc.LADDERS)
     assert all(len(sources) == 1 for sources, _ in seen) and len(seen) == 2 * len(report["sources"])
     assert [report["sources"][s]["status"] for s in ("cbsd68", "mcmaster", "urban100", "elementary")] == [
-        "spent", "spent", "spent", "blind"]
+        "spent", "spent", "spent", "spent"]
     # the command prints one line per source and ladder, labelled with its status, and writes the per-source report
     out = tmp_path / "blind.json"
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "cbsd68 (spent, 68 photos), alt ladder" in printed and "mcmaster (spent, 18 photos), fit ladder" in printed
     assert "urban100 (spent, 93 photos), fit ladder" in printed and "budgie" not in printed
-    assert "elementary (blind, 9 photos), alt ladder" in printed and "popos" not in printed
+    assert "elementary (spent, 9 photos), alt ladder" in printed and "popos" not in printed
     assert set(json.loads(out.read_text())["sources"]) == {"cbsd68", "mcmaster", "urban100", "elementary"}
     # --blind-source scores the named source alone (the spent ones are not measured again); a wrong name is refused
     seen.clear()
