@@ -261,3 +261,11 @@ def test_a_narrow_terminal_wraps_what_the_user_asked_for_instead_of_cutting_it(m
         out = capsys.readouterr().out
         assert "…" not in out and max(len(line) for line in out.splitlines()) <= int(columns)
         assert question in " ".join(re.sub(r"[│╭╮╰╯─]", " ", out).split()), out
+    # a tool's error note is shown whole (it was cut at 80 characters): a missing-weights note names the folder last
+    note = ("missing weights: put topiq_nr_koniq_res50.pth in /home/someone/.cache/torch/hub/pyiqa/ or in a weights dir "
+            "(AGENTIC_IQA_WEIGHTS_DIR)")
+    logs = [lg.model_copy(update={"error": note}) for lg in result.evidence.tool_logs]
+    monkeypatch.setenv("COLUMNS", "100")
+    render(result.model_copy(update={"evidence": result.evidence.model_copy(update={"tool_logs": logs})}))
+    out = capsys.readouterr().out
+    assert note.replace(" ", "") in _column(out.split("┡")[1], 6).replace(" ", ""), out  # wrapped at its spaces

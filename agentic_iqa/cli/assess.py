@@ -395,8 +395,8 @@ def render(result, verbose: bool = False) -> None:
             note = "cached" if lg.cached else ""
             if lg.fallback:
                 note = f"fallback for {lg.fallback_for}"
-            if lg.error:
-                note = f"[red]{escape(lg.error[:80])}[/]"
+            if lg.error:  # whole: a missing-weights note ends with the folder to put the file in (the cell folds)
+                note = f"[red]{escape(lg.error if len(lg.error) <= 600 else lg.error[:599] + '…')}[/]"
             raw = "–" if lg.raw_score != lg.raw_score else f"{lg.raw_score:.4g}"
             norm = "–" if lg.normalized_score != lg.normalized_score else f"{lg.normalized_score:.2f}"
             t.add_row(lg.tool_name, escape(", ".join(serves)), raw, norm, f"{lg.execution_time * 1000:.0f} ms", note)
