@@ -62,7 +62,7 @@ def _stage(name: str, body: Callable, on_error: Callable) -> tuple[Callable, Cal
                 raise LMSetupError(problem) from exc
             if lm_unreachable(exc) and offline is not None and not unreachable:
                 first_line = redact((str(exc).strip().splitlines() or [""])[0])  # DSPy appends multi-line "To fix:" advice
-                update["lm_unreachable"] = f"{type(exc).__name__}: {_clip(first_line)}"
+                update["lm_unreachable"] = f"{type(exc).__name__}: {clip_text(first_line)}"
                 ctx.trace.add(name, "fallback", f"LM unreachable ({update['lm_unreachable']}); offline analyst answers")
                 try:
                     out = yield from steps(body(state, ctx, offline))
@@ -103,13 +103,13 @@ def _fell_back(stage: str, ctx: AssessmentContext, exc: Optional[BaseException],
         why = str(exc)
     elif isinstance(exc, ValueError) and str(exc).strip():
         # Our refusals (a ValueError or ImageError) are written for the reader: the class name adds nothing.
-        why = _clip(redact((str(exc).strip().splitlines() or [""])[0]))
+        why = clip_text(redact((str(exc).strip().splitlines() or [""])[0]))
     else:
-        why = _clip(redact(f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"))
+        why = clip_text(redact(f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"))
     ctx.trace.add(stage, "fallback", f"{why} → {instead}")
 
 
-def _clip(text: str, limit: int = 200) -> str:
+def clip_text(text: str, limit: int = 200) -> str:
     """`text` cut to at most `limit` characters, at a word boundary and marked with "…" when cut
     (a provider's message quoting a gateway's page can run to hundreds of characters)."""
     text = text.strip()

@@ -388,6 +388,8 @@ def render(result, verbose: bool = False) -> None:
                 t.add_row(escape(obj), it.type, it.severity, escape(it.explanation))
         con.print(folding(t))
     if ev and ev.tool_logs:
+        from agentic_iqa.graph import clip_text  # loaded already: the assessment ran through it
+
         t = Table(title="Tools")
         for col in ("tool", "for", "raw", "score 1–5", "time", "note"):
             t.add_column(col)
@@ -396,7 +398,7 @@ def render(result, verbose: bool = False) -> None:
             if lg.fallback:
                 note = f"fallback for {lg.fallback_for}"
             if lg.error:  # whole: a missing-weights note ends with the folder to put the file in (the cell folds)
-                note = f"[red]{escape(lg.error if len(lg.error) <= 600 else lg.error[:599] + '…')}[/]"
+                note = f"[red]{escape(clip_text(lg.error, 600))}[/]"
             raw = "–" if lg.raw_score != lg.raw_score else f"{lg.raw_score:.4g}"
             norm = "–" if lg.normalized_score != lg.normalized_score else f"{lg.normalized_score:.2f}"
             t.add_row(lg.tool_name, escape(", ".join(serves)), raw, norm, f"{lg.execution_time * 1000:.0f} ms", note)
