@@ -151,17 +151,15 @@ def test_popos_was_scored_once_and_is_a_fold_now():
     assert "so it became a fold" in m["about"].split("popos (10 public-domain")[1]
 
 
-def test_elementary_was_scored_once_and_is_spent():
+def test_elementary_was_scored_once_and_is_a_fold_now():
     """elementary OS's wallpapers (elementary/wallpapers at a pinned commit): 9 photographs by 9 photographers, CC0,
     Unsplash or Pexels License per file as the repository's debian/copyright states, blind for one session, scored once
-    with the final fit, so spent; its terms allow fitting, so it is to become a fold. The photo deepin has too, the space
-    image, the artwork and the three files the snapshot lacks are left out and named; the hard clean photos were noted
-    before any figure."""
+    with the final fit, so spent; its terms allow fitting, so once a new blind source was found it became a fold. The
+    photo deepin has too, the space image, the artwork and the three files the snapshot lacks are left out and named;
+    the hard clean photos were noted before any figure."""
     m = json.loads(fc.MANIFEST.read_text())
-    blind = fc.corpus_sources(m, blind=True)
-    assert [name for name, src in blind.items() if fc.blind_status(src) == "blind"] == []  # a new one is to be found
-    el = blind["elementary"]
-    assert fc.blind_status(el) == "spent" and "Scored once" in el["spent"] and "become a fold" in el["spent"]
+    el = fc.corpus_sources(m)["elementary"]
+    assert el["blind"] is False and "Scored once" in el["spent"] and "became a leave-one-source-out source" in el["spent"]
     assert el["registry"] == "GitHub" and el["repo"] == "elementary/wallpapers" and el["where"] == "backgrounds/"
     assert el["commit"] == "2ce760b00b1e140a372ac5887eaea8a9a2696877"
     assert len(el["files"]) == 9 and set(el["sha256"]) == set(el["files"])
@@ -174,17 +172,41 @@ def test_elementary_was_scored_once_and_is_spent():
     # the left-out Ashim D'Silva photo is the one deepin (a fold) has, by its Unsplash id
     assert "WeYamle9fDM" in el["licence"] and "ashim-d-silva-WeYamle9fDM-unsplash.jpg" in m["sources"]["deepin"]["files"]
     assert "noted before any figure" in el["licence"] and "elementary (9 photographs" in m["about"]
-    assert not {(s.get("repo"), s.get("where")) for s in fc.corpus_sources(m).values()} & {(el["repo"], el["where"])}
+    assert "so it became a fold" in m["about"].split("elementary (9 photographs")[1]
+
+
+def test_ubuntumate_is_the_blind_source():
+    """Ubuntu MATE's photo wallpapers (ubuntu-mate/ubuntu-mate-artwork at a pinned commit): 12 photographs by 12
+    photographers, CC-BY-SA-4.0 or CC0 per file as the repository's debian/copyright states; blind (in no fold and no
+    fit). The space image, the generated mascot art, the photos with a logo laid on them and the all-bokeh abstract are
+    left out and named; the hard clean photos were noted before any figure; no other source shares its folder."""
+    m = json.loads(fc.MANIFEST.read_text())
+    blind = fc.corpus_sources(m, blind=True)
+    assert [name for name, src in blind.items() if fc.blind_status(src) == "blind"] == ["ubuntumate"]
+    um = blind["ubuntumate"]
+    assert um["registry"] == "GitHub" and um["repo"] == "ubuntu-mate/ubuntu-mate-artwork"
+    assert um["where"] == "usr/share/backgrounds/" and um["commit"] == "7d8984c302dfb328bbb7c67aada46277c4e5e7aa"
+    assert len(um["files"]) == 12 and set(um["sha256"]) == set(um["files"])
+    for f in um["files"]:  # every kept photo is named in the licence text
+        assert Path(f).stem in um["licence"], f
+    assert "CC-BY-SA-4.0" in um["licence"] and "CC0" in um["licence"]
+    for left_out in ("sebastian-muller-52", "nasa-53884", "minotaur-king", "simplematetunnel", "honey-island"):
+        assert not any(left_out in f for f in um["files"]) and left_out in um["licence"]
+    # elementary's left-out Nattu Adnan photo (absent from its snapshot) may be this source's nattu-adnan-328570
+    assert "Nattu Adnan.jpg" not in m["sources"]["elementary"]["files"]
+    assert "noted before any figure" in um["licence"] and "ubuntumate (12 photographs" in m["about"]
+    assert not {(s.get("repo"), s.get("where")) for s in fc.corpus_sources(m).values()} & {(um["repo"], um["where"])}
 
 
 def test_kodak_is_a_fold_now():
     """Kodak24 was scored blind once and is spent: a leave-one-source-out source (budgie, scored blind once, too)."""
     m = json.loads(fc.MANIFEST.read_text())
     training, blind = fc.corpus_sources(m), fc.corpus_sources(m, blind=True)
-    assert set(training) == {"skimage", "mate", "plasma", "lomiri", "kodak", "budgie", "deepin", "solus", "popos"}
+    assert set(training) == {"skimage", "mate", "plasma", "lomiri", "kodak", "budgie", "deepin", "solus", "popos",
+                             "elementary"}
     # pyiqa's calibration photos are TID2013's references, i.e. Kodak photos again: not a source of their own
     assert not any("ResultsCalibra" in src["where"] for src in m["sources"].values())
-    assert set(blind) == {"cbsd68", "mcmaster", "urban100", "elementary"}
+    assert set(blind) == {"cbsd68", "mcmaster", "urban100", "ubuntumate"}
     assert m["sources"]["kodak"]["blind"] is False and len(training["kodak"]["files"]) == 24
 
 
@@ -304,25 +326,25 @@ def test_blind_report_scores_each_source_on_its_own_with_its_status(tmp_path, mo
         assert got["status"] == fc.blind_status(src) and got["n_photos"] == len(src["files"])
         assert all(got[lad]["n"] == len(src["files"]) for lad in fc.LADDERS)
     assert all(len(sources) == 1 for sources, _ in seen) and len(seen) == 2 * len(report["sources"])
-    assert [report["sources"][s]["status"] for s in ("cbsd68", "mcmaster", "urban100", "elementary")] == [
-        "spent", "spent", "spent", "spent"]
+    assert [report["sources"][s]["status"] for s in ("cbsd68", "mcmaster", "urban100", "ubuntumate")] == [
+        "spent", "spent", "spent", "blind"]
     # the command prints one line per source and ladder, labelled with its status, and writes the per-source report
     out = tmp_path / "blind.json"
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "cbsd68 (spent, 68 photos), alt ladder" in printed and "mcmaster (spent, 18 photos), fit ladder" in printed
     assert "urban100 (spent, 93 photos), fit ladder" in printed and "budgie" not in printed
-    assert "elementary (spent, 9 photos), alt ladder" in printed and "popos" not in printed
-    assert set(json.loads(out.read_text())["sources"]) == {"cbsd68", "mcmaster", "urban100", "elementary"}
+    assert "ubuntumate (blind, 12 photos), alt ladder" in printed and "elementary" not in printed
+    assert set(json.loads(out.read_text())["sources"]) == {"cbsd68", "mcmaster", "urban100", "ubuntumate"}
     # --blind-source scores the named source alone (the spent ones are not measured again); a wrong name is refused
     seen.clear()
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out),
-                    "--blind-source", "elementary"]) == 0
-    assert set(json.loads(out.read_text())["sources"]) == {"elementary"} and {s for src, _ in seen for s in src} == {"elementary"}
+                    "--blind-source", "ubuntumate"]) == 0
+    assert set(json.loads(out.read_text())["sources"]) == {"ubuntumate"} and {s for src, _ in seen for s in src} == {"ubuntumate"}
     capsys.readouterr()
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out),
-                    "--blind-source", "popos"]) == 2
-    assert "not a blind source: popos; the blind sources are cbsd68, mcmaster, urban100, elementary" in capsys.readouterr().err
+                    "--blind-source", "elementary"]) == 2
+    assert "not a blind source: elementary; the blind sources are cbsd68, mcmaster, urban100, ubuntumate" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------------------------ GitHub sources
@@ -413,8 +435,8 @@ def test_question_blind_report_asks_the_named_blind_source_only(tmp_path, monkey
     monkeypatch.setattr(qa, "summarize", lambda rows, folds: {"nr": {}, "fr": {}})
     out = tmp_path / "q.json"
     argv = ["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--json", str(out)]
-    assert qa.main([*argv, "--blind-source", "elementary"]) == 0
-    assert asked == [{"elementary"}] and set(json.loads(out.read_text())["sources"]) == {"elementary"}
+    assert qa.main([*argv, "--blind-source", "ubuntumate"]) == 0
+    assert asked == [{"ubuntumate"}] and set(json.loads(out.read_text())["sources"]) == {"ubuntumate"}
     assert qa.main([*argv, "--blind-source", "kodak"]) == 2
     assert "not a blind source: kodak" in capsys.readouterr().err
 
