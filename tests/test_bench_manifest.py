@@ -1,13 +1,14 @@
-"""Manifest format: round trip, broken rows reported by line number, the KADID-10k converter."""
+"""Manifest format: round trip, broken rows reported by line number, the KADID-10k and LIVE In the Wild converters."""
 from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from agentic_iqa.bench.manifest import (KADID_TYPES, NON_MONOTONE_TYPES, ManifestRow, kadid_to_manifest,
-                                        read_manifest, write_manifest)
+from agentic_iqa.bench.manifest import (KADID_TYPES, NON_MONOTONE_TYPES, ManifestRow, clive_to_manifest,
+                                        kadid_to_manifest, read_manifest, write_manifest)
 
 
 @pytest.fixture
@@ -110,3 +111,44 @@ def test_a_plain_list_of_paths_is_refused_as_a_whole_with_the_way_to_pass_it(fol
     path.write_text('img/a.png\n{"image": "img/b.png"}\n')
     rows, problems = read_manifest(path, require_target=False)
     assert [r.image for r in rows] == ["img/b.png"] and [p.line for p in problems] == [1]
+
+
+def _fake_clive(root, names, mos):
+    """A ChallengeDB_release folder as LIVE ships it: names and MOS in MATLAB files under Data/."""
+    from scipy.io import savemat
+
+    (root / "Data").mkdir(parents=True)
+    (root / "Images").mkdir()
+    cells = np.empty((len(names), 1), dtype=object)
+    for i, n in enumerate(names):
+        cells[i, 0] = np.array([n])
+    savemat(root / "Data" / "AllImages_release.mat", {"AllImages_release": cells})
+    savemat(root / "Data" / "AllMOS_release.mat", {"AllMOS_release": np.array([mos], dtype=float)})
+    return root
+
+
+def test_clive_converter_keeps_the_rated_photos_and_their_mos(tmp_path):
+    names = [f"t{i}.bmp" for i in range(1, 8)] + ["10.bmp", "1002.JPG"]
+    root = _fake_clive(tmp_path / "ChallengeDB_release", names, [50.0] * 7 + [32.5, 71.25])
+    out = clive_to_manifest(root)
+    assert out == root / "manifest.jsonl"
+    rows, problems = read_manifest(out, check_files=False)
+    assert problems == []
+    assert [(r.id, r.image, r.mos, r.mos_higher_better, r.reference, r.level, r.source) for r in rows] == [
+        ("10.bmp", "Images/10.bmp", 32.5, True, None, None, "clive"),
+        ("1002.JPG", "Images/1002.JPG", 71.25, True, None, None, "clive")]  # the 7 practice images are left out
+
+
+@pytest.mark.parametrize("names, mos, message", [
+    ([f"t{i}" for i in range(7)] + ["../../etc/passwd"], [1.0] * 8, "not a plain file name"),
+    ([f"t{i}" for i in range(9)], [1.0] * 8, "9 image names but 8 scores"),
+])
+def test_clive_converter_refuses_what_is_not_the_release(tmp_path, names, mos, message):
+    root = _fake_clive(tmp_path / "c", names, mos)
+    with pytest.raises(ValueError, match=message):
+        clive_to_manifest(root)
+    (root / "Data" / "AllMOS_release.mat").write_text("not a MATLAB file")
+    with pytest.raises(ValueError, match="not a readable MATLAB .mat file"):
+        clive_to_manifest(root)
+    with pytest.raises(ValueError, match="not a folder"):
+        clive_to_manifest(root / "Data" / "AllMOS_release.mat")

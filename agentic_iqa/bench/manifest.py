@@ -32,6 +32,10 @@ How public datasets map onto it (converted on the user's machine; nothing is dow
   "Blurs", ``mos`` = the MOS; no level, so only SRCC/KRCC/PLCC apply.
 * AGIQA-3K: one row per generated image, ``reference``/``type``/``category``/``level`` null,
   ``mos`` = ``mos_quality``.
+* LIVE In the Wild Image Quality Challenge (CLIVE, "ChallengeDB_release"): 1,162 photos from phone cameras
+  with authentic distortions and their MOS (0-100, higher is better) in ``Data/AllMOS_release.mat``, the
+  file names in ``Data/AllImages_release.mat``. ``clive_to_manifest`` converts it: one row per rated photo,
+  no reference, type or level, so only SRCC/KRCC/PLCC apply.
 """
 from __future__ import annotations
 
@@ -264,7 +268,11 @@ def kadid_to_manifest(csv_path: str | Path, out_path: str | Path | None = None,
 
     rows = []
     with csv_path.open(newline="", encoding="utf-8") as fh:
-        for rec in csv.DictReader(fh):
+        reader = csv.DictReader(fh)
+        missing = {"dist_img", "ref_img", "dmos"} - set(reader.fieldnames or ())
+        if missing:
+            raise ValueError(f"{csv_path}: no column {', '.join(sorted(missing))}; is this KADID-10k's dmos.csv?")
+        for rec in reader:
             match = _KADID_NAME.match(rec["dist_img"].strip())
             if not match:
                 raise ValueError(f"unexpected KADID image name {rec['dist_img']!r}")
@@ -273,4 +281,53 @@ def kadid_to_manifest(csv_path: str | Path, out_path: str | Path | None = None,
                 id=Path(rec["dist_img"]).stem, image=rel(rec["dist_img"].strip()),
                 reference=rel(rec["ref_img"].strip()), type=names[typ - 1], level=level,
                 mos=float(rec["dmos"]), split="test" if ref in test else "train", source=f"I{ref:02d}"))
+    return write_manifest(rows, out_path)
+
+
+MAX_MAT_BYTES = 16 << 20  # CLIVE's score files are a few kB; anything this large is not one of them
+CLIVE_PRACTICE_IMAGES = 7  # AllImages_release starts with the 7 practice images (Images/trainingImages/t1-t7)
+
+
+def _mat_variable(path: Path, name: str):
+    """One variable of a MATLAB (v5) .mat file: plain data, read from a regular file under MAX_MAT_BYTES."""
+    from scipy.io import loadmat
+
+    if not path.is_file():
+        raise ValueError(f"{path}: not found (or not a regular file); point at the ChallengeDB_release folder")
+    if path.stat().st_size > MAX_MAT_BYTES:
+        raise ValueError(f"{path}: {path.stat().st_size:,} bytes, over {MAX_MAT_BYTES:,}: not a CLIVE score file")
+    try:
+        data = loadmat(path, variable_names=[name])
+    except Exception as exc:  # noqa: BLE001 - scipy raises several types for a damaged or foreign file
+        raise ValueError(f"{path}: not a readable MATLAB .mat file ({type(exc).__name__}: {exc})") from None
+    if name not in data:
+        raise ValueError(f"{path}: has no variable {name!r}; is this CLIVE's {path.name}?")
+    return data[name]
+
+
+def clive_to_manifest(release_dir: str | Path, out_path: str | Path | None = None) -> Path:
+    """Convert the LIVE In the Wild Image Quality Challenge database (the ``ChallengeDB_release`` folder:
+    ``Images/``, ``Data/AllImages_release.mat``, ``Data/AllMOS_release.mat``) into a manifest (default
+    ``manifest.jsonl`` in that folder): one row per rated photo with its MOS, ``source`` "clive".
+
+    The seven practice images raters saw first (``Images/trainingImages/``) are left out, as the
+    published figures on this set leave them out: 1,162 rows. Only file names are taken from the .mat
+    file; a name with a folder in it is refused.
+    """
+    root = Path(release_dir)
+    if not root.is_dir():
+        raise ValueError(f"{root}: not a folder; pass the ChallengeDB_release folder (it holds Images/ and Data/)")
+    names = _mat_variable(root / "Data" / "AllImages_release.mat", "AllImages_release").ravel()
+    mos = _mat_variable(root / "Data" / "AllMOS_release.mat", "AllMOS_release").ravel()
+    if len(names) != len(mos) or len(names) <= CLIVE_PRACTICE_IMAGES:
+        raise ValueError(f"{root / 'Data'}: {len(names)} image names but {len(mos)} scores; the two files do not match")
+    out_path = Path(out_path) if out_path else root / "manifest.jsonl"
+    image_root = (root / "Images").resolve()
+    rows = []
+    for cell, score in list(zip(names, mos))[CLIVE_PRACTICE_IMAGES:]:
+        name = str(cell.ravel()[0] if hasattr(cell, "ravel") else cell).strip()
+        if not name or Path(name).name != name or name in (".", ".."):
+            raise ValueError(f"{root / 'Data' / 'AllImages_release.mat'}: {name!r} is not a plain file name")
+        rows.append(ManifestRow(id=name, image=os.path.relpath(image_root / name, out_path.parent.resolve()),
+                                mos=float(score), source="clive"))
     return write_manifest(rows, out_path)

@@ -1,4 +1,5 @@
-"""`agentic-iqa bench make` (synthetic KADID-style benchmark) and `agentic-iqa eval MANIFEST`."""
+"""`agentic-iqa bench make` (synthetic KADID-style benchmark), `agentic-iqa bench convert` (a public data set's
+scores into a manifest) and `agentic-iqa eval MANIFEST`."""
 from __future__ import annotations
 
 import json
@@ -12,7 +13,8 @@ from agentic_iqa.cli.progress import LineProgress
 from agentic_iqa.cli.common import (EXIT_BAD_INPUT, EXIT_PARTIAL, catch_sigint, fail, flag, folding, quiet_dspy_logs, refuse_empty,
                                      restore_sigint, setup_logging, stop_now, with_tool_options, DEVICE_HELP, NO_PROGRESS_HELP, WEIGHTS_DIR_HELP)
 
-app = typer.Typer(help="Make the synthetic benchmark.", no_args_is_help=True, add_completion=False)
+app = typer.Typer(help="Make the synthetic benchmark, or a manifest for a public data set.", no_args_is_help=True,
+                  add_completion=False)
 
 
 @app.command("make")
@@ -40,10 +42,42 @@ def make_command(
     try:
         with Console(stderr=True).status("generating…"):
             manifest = make_benchmark(out, seed=seed, refs=refs or None, types=types or None, mcq=not no_mcq)
-    except (ValueError, OSError) as exc:
-        fail(escape(str(exc)), EXIT_BAD_INPUT)
+    except (ValueError, OSError) as exc:  # e.g. a binary file as the CSV: name it
+        message = str(exc) if str(source) in str(exc) else f"{source}: {exc}"
+        fail(escape(message), EXIT_BAD_INPUT)
     n = sum(1 for _ in manifest.open())
     typer.echo(f"wrote {n} rows to {manifest}")
+
+
+CONVERTERS = {  # data set -> (what to pass, converter name in agentic_iqa.bench.manifest)
+    "clive": ("the ChallengeDB_release folder (LIVE In the Wild: Images/ and Data/)", "clive_to_manifest"),
+    "kadid": ("KADID-10k's dmos.csv (its images in images/ beside it)", "kadid_to_manifest"),
+}
+
+
+@app.command("convert")
+def convert_command(
+    dataset: str = typer.Argument(..., help="clive (LIVE In the Wild, human MOS) or kadid (KADID-10k, DMOS)."),
+    source: Path = typer.Argument(..., help="clive: the ChallengeDB_release folder; kadid: its dmos.csv."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Manifest to write (default: manifest.jsonl beside the data)."),
+) -> None:
+    """Write a manifest for a data set you downloaded, for `agentic-iqa eval` (its MOS correlations)."""
+    from rich.markup import escape
+
+    from agentic_iqa.bench import manifest as mf
+
+    if dataset not in CONVERTERS:
+        fail(escape(_unknown("data set", [dataset], CONVERTERS)), EXIT_BAD_INPUT)
+    what, converter = CONVERTERS[dataset]
+    if not source.exists():
+        fail(escape(f"{source}: not found; pass {what}"), EXIT_BAD_INPUT)
+    try:
+        path = getattr(mf, converter)(source, out)
+    except (ValueError, OSError) as exc:  # e.g. a binary file as the CSV: name it
+        message = str(exc) if str(source) in str(exc) else f"{source}: {exc}"
+        fail(escape(message), EXIT_BAD_INPUT)
+    n = sum(1 for _ in path.open(encoding="utf-8"))
+    typer.echo(f"wrote {n} rows to {path}; next: agentic-iqa eval --offline --mode nr {path}")
 
 
 def _unknown(what: str, unknown: list[str], valid) -> str:
