@@ -5,7 +5,8 @@ DSPy's has no overall bound (a reply slower than the timeout cost (num_retries+1
 and it sleeps whatever Retry-After the server sends). Ours keeps one wall-clock budget per call
 (`call_budget`, every request and every wait included), caps Retry-After (`max_retry_after`), refuses a
 reply over `max_reply_bytes` before anything parses it (and stops reading, and closes the connection of, a
-reply whose HTTP body outgrows that: see `_CappedTransport`), and counts every HTTP request it sends
+reply whose HTTP body outgrows that: see `_CappedTransport`, and `_hook_litellm` for DSPy's LiteLLM
+route), and counts every HTTP request it sends
 (`metering()`), so the trace's `lm_calls`/`retries` include the retries made below the agents. A 200
 reply that is not JSON at all (a captive portal's or a proxy's login page at the base URL) is
 `LMNotAnAPI`: a setup problem, said once, never retried.
@@ -18,6 +19,7 @@ import functools
 import math
 import os
 import re
+import sys
 import threading
 import time
 from typing import Any, Iterator, Optional
@@ -83,8 +85,31 @@ class RequestMeter:
 
 
 _meters: contextvars.ContextVar[tuple[RequestMeter, ...]] = contextvars.ContextVar("agentic_iqa_lm_meters", default=())
-#: The BudgetedLM whose call runs in this context (None outside one): its own retries only, and its reply cap.
-_inside: contextvars.ContextVar[Optional[Any]] = contextvars.ContextVar("agentic_iqa_lm_inside", default=None)
+
+
+class _Attempt:
+    """One request of a BudgetedLM call, as its HTTP client saw it. LiteLLM reports an error raised
+    while its client reads as a connection error, and a page that is not JSON as an HTTP 500: what is
+    noted here (by the reply cap, and on LiteLLM's route by `_hook_litellm`) says what really happened."""
+
+    __slots__ = ("lm", "refused", "status", "content_type")
+
+    def __init__(self, lm: Any) -> None:
+        self.lm, self.refused = lm, None
+        self.status: Optional[int] = None
+        self.content_type: Optional[str] = None
+
+    def not_json(self) -> Optional[str]:
+        """The content type of a 200 reply not said to be JSON ("unknown" without one), else None."""
+        if self.status != 200:
+            return None
+        kind = self.content_type or "unknown"
+        return None if "json" in kind.lower() or "event-stream" in kind.lower() else kind
+
+
+#: The request of a BudgetedLM call running in this context (None outside one): its own retries only,
+#: and its reply cap.
+_inside: contextvars.ContextVar[Optional[_Attempt]] = contextvars.ContextVar("agentic_iqa_lm_inside", default=None)
 
 
 @contextlib.contextmanager
@@ -144,23 +169,28 @@ def _body_limit(max_reply_bytes: int) -> int:
 
 
 class _BodyMeter:
-    """Counts one reply's body against the calling BudgetedLM's `_body_limit`; raises its LMReplyTooLarge."""
+    """Counts one reply's body against the calling BudgetedLM's `_body_limit`; raises its LMReplyTooLarge
+    (noted on the attempt too, whatever the HTTP client makes of it)."""
 
-    def __init__(self, lm: Any) -> None:
-        self.lm, self.limit, self.seen = lm, _body_limit(lm.max_reply_bytes), 0
+    def __init__(self, attempt: _Attempt) -> None:
+        self.attempt, self.limit, self.seen = attempt, _body_limit(attempt.lm.max_reply_bytes), 0
 
-    def check_announced(self, reply: Any) -> None:
+    def _refuse(self, size: str) -> Exception:
+        self.attempt.refused = self.attempt.lm._too_large_error(size)
+        return self.attempt.refused
+
+    def check_announced(self, length_header: Optional[str]) -> None:
         try:
-            length = int(reply.header("content-length") or 0)
+            length = int(length_header or 0)
         except ValueError:  # unreadable: the count below still holds
             return
         if length > self.limit:
-            raise self.lm._too_large_error(f"{length:,} bytes (its Content-Length; not read)")
+            raise self._refuse(f"{length:,} bytes (its Content-Length; not read)")
 
     def count(self, chunk: bytes) -> bytes:
         self.seen += len(chunk)
         if self.seen > self.limit:
-            raise self.lm._too_large_error(f"more than {self.limit:,} bytes (read no further)")
+            raise self._refuse(f"more than {self.limit:,} bytes (read no further)")
         return chunk
 
 
@@ -222,7 +252,7 @@ class _CappedAsyncStream:
     async def __aenter__(self) -> _CappedAsyncReply:
         reply = await self._stream.__aenter__()
         try:
-            self._meter.check_announced(reply)
+            self._meter.check_announced(reply.header("content-length"))
         except BaseException:
             await self._stream.__aexit__(None, None, None)  # closes the connection, its body unread
             raise
@@ -247,15 +277,15 @@ class _CappedTransport:
         return getattr(self._inner, name)
 
     def stream(self, request: Any) -> Any:
-        lm = _inside.get()
-        if lm is None:
+        attempt = _inside.get()
+        if attempt is None:
             return self._inner.stream(request)
-        meter = _BodyMeter(lm)
+        meter = _BodyMeter(attempt)
         if hasattr(self._inner, "aclose"):  # async: stream() gives a context manager to enter
             return _CappedAsyncStream(self._inner.stream(request), meter)
         reply = _CappedReply(self._inner.stream(request), meter)
         try:
-            meter.check_announced(reply)
+            meter.check_announced(reply.header("content-length"))
         except BaseException:
             reply.close()
             raise
@@ -269,13 +299,124 @@ class _CappingEngines(dict):
     router builds its transport on first use). These are DSPy/lm15 internals: if a DSPy upgrade moves
     them, nothing is wrapped and the cap applies after parsing only, and the tests of
     tests/test_hostile_lm.py that flood the client fail. LiteLLM, DSPy's fallback engine for what lm15
-    cannot send, is not covered: there the cap applies after parsing."""
+    cannot send, is capped by `_hook_litellm`."""
 
     def __setitem__(self, key: Any, engine: Any) -> None:
         router = getattr(engine, "router", None)
         if router is not None and getattr(router, "_transport", False) is None and router.config.transport is None:
             router._transport = _CappedTransport(router._shared_transport())
         super().__setitem__(key, engine)
+
+
+_litellm_lock = threading.Lock()
+_litellm_hooked = False
+
+
+def _may_use_litellm(lm: Any, kwargs: dict) -> bool:
+    """Whether DSPy sends this LM's calls through LiteLLM, by DSPy's own offline choice (model string,
+    client settings, environment). False if that function moved: then LiteLLM is hooked once imported."""
+    try:
+        from dspy.clients.backend_selection import select_backend
+
+        return not select_backend(lm, kwargs).native
+    except Exception:  # noqa: BLE001 - a DSPy that chooses otherwise, or refuses the settings: not known here
+        return False
+
+
+def _hook_litellm() -> None:
+    """Cap the replies LiteLLM's HTTP client reads for a BudgetedLM call as `_CappedTransport` does for
+    lm15's, and note each reply's status and content type on the attempt (see `_Attempt`). LiteLLM's
+    OpenAI-compatible providers (openai/ with an OPENAI_BASE_URL, litellm_proxy/, lm_studio/, ...) send
+    through `litellm.client_session` / `litellm.aclient_session` when set: those get a response hook
+    (httpx's public event hooks), made now if unset. Outside a BudgetedLM call the hooks do nothing.
+    Providers LiteLLM sends through its other clients keep the cap after parsing only, and a gzip body is
+    counted as it arrives, compressed. Once per process, before LiteLLM builds the client it caches (hooked
+    later, a cached one keeps LiteLLM's own session)."""
+    global _litellm_hooked
+    with _litellm_lock:
+        if _litellm_hooked:
+            return
+        import asyncio
+        import weakref
+
+        import httpx
+        import litellm
+
+        class CountedBody(httpx.SyncByteStream):
+            def __init__(self, stream: Any, meter: _BodyMeter) -> None:
+                self._stream, self._meter = stream, meter
+
+            def __iter__(self) -> Iterator[bytes]:
+                for chunk in self._stream:
+                    yield self._meter.count(chunk)
+
+            def close(self) -> None:  # httpx closes a reply whose read raised: its connection is dropped
+                self._stream.close()
+
+        class CountedAsyncBody(httpx.AsyncByteStream):
+            def __init__(self, stream: Any, meter: _BodyMeter) -> None:
+                self._stream, self._meter = stream, meter
+
+            async def __aiter__(self):
+                async for chunk in self._stream:
+                    yield self._meter.count(chunk)
+
+            async def aclose(self) -> None:
+                await self._stream.aclose()
+
+        def meter_for(response: Any) -> Optional[_BodyMeter]:
+            attempt = _inside.get()
+            if attempt is None or response.request.method != "POST":  # not a model call of ours
+                return None
+            attempt.status, attempt.content_type = response.status_code, response.headers.get("content-type")
+            meter = _BodyMeter(attempt)
+            meter.check_announced(response.headers.get("content-length"))  # raising, httpx closes the reply
+            return meter
+
+        def on_reply(response: Any) -> None:
+            meter = meter_for(response)
+            if meter is not None:
+                response.stream = CountedBody(response.stream, meter)
+
+        async def on_areply(response: Any) -> None:
+            meter = meter_for(response)
+            if meter is not None:
+                response.stream = CountedAsyncBody(response.stream, meter)
+
+        try:  # LiteLLM's own TLS settings (litellm.ssl_verify, SSL_VERIFY, SSL_CERT_FILE), as its clients get them
+            from litellm.llms.custom_httpx.http_handler import get_ssl_configuration
+
+            verify: Any = get_ssl_configuration()
+        except Exception:  # noqa: BLE001 - moved in another LiteLLM: httpx's default (certifi)
+            verify = True
+
+        class PerLoopClient(httpx.AsyncClient):
+            """LiteLLM uses its one `aclient_session` on every event loop, but an httpx pool holds
+            connections of the loop that opened them (on the next loop: "Event loop is closed"). Sends
+            through one client per running loop, dropped with its loop."""
+
+            def __init__(self) -> None:
+                super().__init__(follow_redirects=True, verify=verify)
+                self._clients: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+                self._lock = threading.Lock()
+
+            async def send(self, request: Any, **kwargs: Any) -> Any:
+                loop = asyncio.get_running_loop()
+                with self._lock:
+                    client = self._clients.get(loop)
+                    if client is None:
+                        client = self._clients[loop] = httpx.AsyncClient(
+                            follow_redirects=True, verify=verify, event_hooks={"response": [on_areply]})
+                return await client.send(request, **kwargs)
+
+        if litellm.client_session is None:
+            litellm.client_session = httpx.Client(follow_redirects=True, verify=verify)  # as LiteLLM's own default
+        litellm.client_session.event_hooks["response"].append(on_reply)
+        if litellm.aclient_session is None:
+            litellm.aclient_session = PerLoopClient()
+        else:  # the caller's own: hooked as it is
+            litellm.aclient_session.event_hooks["response"].append(on_areply)
+        _litellm_hooked = True
 
 
 class _Overran(Exception):
@@ -403,12 +544,18 @@ def _budgeted_lm_class() -> type:
             self._retries = value
 
         # One request per attempt: `inner(timeout)` sends it; the loop decides whether and when to resend.
-        def _plan_wait(self, exc: BaseException, attempt: int, deadline: float) -> float:
+        def _plan_wait(self, exc: BaseException, attempt: int, deadline: float, seen: _Attempt) -> float:
             """Seconds to wait before the next attempt, or raise: not retryable, no attempts left, or
-            the wait (Retry-After capped at max_retry_after, else backoff) would outlast the budget."""
+            the wait (Retry-After capped at max_retry_after, else backoff) would outlast the budget.
+            `seen`: what the HTTP client saw, which LiteLLM's error may not say."""
+            if seen.refused is not None:  # LiteLLM's account of it (a connection error) would mislead
+                raise seen.refused from None
             kind = _not_json_reply(exc)
             if kind is not None:
                 raise self._not_an_api(kind) from exc
+            kind = seen.not_json()  # LiteLLM's account: an HTTP 500, "Empty or invalid response"
+            if kind is not None:
+                raise self._not_an_api(kind) from None
             if attempt >= self._retries or not is_retryable_lm_error(exc):
                 ours = _in_our_terms(exc)
                 if ours is exc:
@@ -464,6 +611,17 @@ def _budgeted_lm_class() -> type:
                 raise self._too_large_error(f"{size:,} bytes")
             return outputs
 
+        def _hook_litellm_if_used(self, kwargs: dict) -> None:
+            """`_hook_litellm` before this LM's first call through LiteLLM (asked once per LM; after that,
+            LiteLLM imported by anything is hooked), so that its cached client is a hooked one."""
+            if _litellm_hooked:
+                return
+            settings = (self.model, self.model_type, tuple(sorted(self.kwargs)))  # a copy may change them
+            if "litellm" in sys.modules or (self.__dict__.get("_native_for") != settings and _may_use_litellm(self, kwargs)):
+                _hook_litellm()
+            else:
+                self.__dict__["_native_for"] = settings
+
         def _timeout_for(self, kwargs: dict, deadline: float) -> float:
             base = kwargs.get("timeout", self.kwargs.get("timeout"))
             base = float(base) if isinstance(base, (int, float)) and not isinstance(base, bool) else 600.0
@@ -472,13 +630,15 @@ def _budgeted_lm_class() -> type:
         def __call__(self, prompt=None, *, messages=None, **kwargs):
             if kwargs.get("request") is not None or isinstance(prompt, Request):
                 return super().__call__(prompt, messages=messages, **kwargs)  # the typed API: as DSPy does it
+            self._hook_litellm_if_used(kwargs)
             deadline = time.monotonic() + self.call_budget
             send = super().__call__
             for attempt in range(self._retries + 1):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise self._exhausted(attempt, "the budget ran out between requests")
-                token = _inside.set(self)
+                seen = _Attempt(self)
+                token = _inside.set(seen)
                 try:
                     _count_request()
                     outputs = _within(remaining, send, prompt, messages=messages,
@@ -486,7 +646,7 @@ def _budgeted_lm_class() -> type:
                 except _Overran as exc:
                     raise self._exhausted(attempt + 1, "the budget ran out during a request") from exc
                 except Exception as exc:  # noqa: BLE001 - classified by _plan_wait
-                    wait = self._plan_wait(exc, attempt, deadline)
+                    wait = self._plan_wait(exc, attempt, deadline, seen)
                 else:
                     return self._checked(outputs)
                 finally:
@@ -499,12 +659,14 @@ def _budgeted_lm_class() -> type:
 
             if kwargs.get("request") is not None or isinstance(prompt, Request):
                 return await super().acall(prompt, messages=messages, **kwargs)
+            self._hook_litellm_if_used(kwargs)
             deadline = time.monotonic() + self.call_budget
             for attempt in range(self._retries + 1):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise self._exhausted(attempt, "the budget ran out between requests")
-                token = _inside.set(self)
+                seen = _Attempt(self)
+                token = _inside.set(seen)
                 try:
                     _count_request()
                     outputs = await asyncio.wait_for(
@@ -514,7 +676,7 @@ def _budgeted_lm_class() -> type:
                 except asyncio.TimeoutError as exc:
                     raise self._exhausted(attempt + 1, "the budget ran out during a request") from exc
                 except Exception as exc:  # noqa: BLE001
-                    wait = self._plan_wait(exc, attempt, deadline)
+                    wait = self._plan_wait(exc, attempt, deadline, seen)
                 else:
                     return self._checked(outputs)
                 finally:

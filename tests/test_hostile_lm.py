@@ -465,3 +465,78 @@ def test_an_html_page_stops_a_batch(tmp_path, image):
     assert res.exit_code == 2, res.output
     assert n == 1  # the first item's first call; the other items were not started
     assert "Traceback" not in res.output and "not an OpenAI-compatible API" in res.output
+
+
+# ── the same, on DSPy's LiteLLM route ────────────────────────────────────────────────────────────
+# DSPy sends a call through LiteLLM when lm15 cannot: a provider lm15 does not know (litellm_proxy/,
+# lm_studio/, ...), or an OPENAI_BASE_URL / OPENAI_API_BASE in the environment (kept for gateways).
+
+
+def litellm_lm_for(url: str, monkeypatch, route: str = "env", **settings):
+    if route == "env":  # openai/ as usual, but the environment names a gateway: LiteLLM sends it
+        monkeypatch.setenv("OPENAI_BASE_URL", url)
+        return build_lm(RoleLM(model="openai/fake-vlm", api_base=url, **settings))
+    monkeypatch.setenv("FAKE_LITELLM_KEY", "not-needed")
+    return build_lm(RoleLM(model=f"{route}/fake-vlm", api_base=url, api_key_env="FAKE_LITELLM_KEY", **settings))
+
+
+def test_the_litellm_routes_are_litellm(monkeypatch):
+    # What the tests below rely on: DSPy's own (offline) choice of engine for these LMs.
+    from dspy.clients.backend_selection import select_backend
+
+    url = "http://127.0.0.1:9/v1"
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    monkeypatch.delenv("OPENAI_API_BASE", raising=False)
+    assert select_backend(build_lm(RoleLM(model="openai/fake-vlm", api_base=url))).native
+    assert not select_backend(litellm_lm_for(url, monkeypatch, "litellm_proxy")).native
+    assert not select_backend(litellm_lm_for(url, monkeypatch, "env")).native
+
+
+@pytest.mark.parametrize("how", ["sync", "async"])
+@pytest.mark.parametrize("route", ["env", "litellm_proxy"])
+def test_an_html_page_on_the_litellm_route_is_not_an_api_either(route, how, monkeypatch):
+    # Before: LiteLLM called the page an "Empty or invalid response" (HTTP 500), a server error,
+    # re-asked 3 times (4 requests, ~7 s of backoff), then taken for an outage.
+    with FakeOpenAIServer(lambda body: PORTAL) as srv:
+        lm = litellm_lm_for(srv.base_url, monkeypatch, route, num_retries=3)
+        _, err = _call(lm, how)
+        n = len(srv.requests)
+    assert type(err).__name__ == "LMNotAnAPI", err
+    assert n == 1
+    message = str(err)
+    assert srv.base_url in message and "(content type text/html; charset=utf-8)" in message
+    assert "not an OpenAI-compatible API" in message and "--api-base" in message
+    assert not lm_unreachable(err)
+
+
+@pytest.mark.parametrize("how", ["sync", "async"])
+@pytest.mark.parametrize("framing", ["chunked", "length"])
+def test_an_endless_reply_on_the_litellm_route_is_cut_off_while_it_is_read(framing, how, monkeypatch):
+    # Before: LiteLLM's client read all 256 MiB the server offered (the process grew by ~500 MB), failed
+    # on the missing rest as a connection error, and was re-asked 3 times. Now, as on lm15's route.
+    with Flood(framing) as srv:
+        lm = litellm_lm_for(srv.base_url, monkeypatch, num_retries=3, max_reply_bytes=64 * 1024)
+        _, err = _call(lm, how)
+    assert type(err).__name__ == "LMReplyTooLarge", err
+    expected = {"chunked": "more than 4,718,592 bytes (read no further)",
+                "length": "1,000,000,000,000 bytes (its Content-Length; not read)"}[framing]
+    assert f"the reply is {expected}, over max_reply_bytes (65,536)" in str(err), err
+    assert srv.requests == 1
+    assert srv.hung_up and srv.sent < 64 * MiB, srv.sent
+    assert not lm_unreachable(err)
+
+
+def test_ordinary_replies_on_the_litellm_route_still_pass(monkeypatch):
+    # Several event loops in turn (assess_async under asyncio.run, twice): LiteLLM keeps one async
+    # client for all of them, and an httpx pool must not outlive its loop. A JSON body labelled
+    # text/plain is read as JSON, as LiteLLM's client does: only a failed reply is called not an API.
+    import asyncio
+
+    plain = Reply(raw_body=json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": "m", "choices": [
+        {"index": 0, "message": {"role": "assistant", "content": "plain"}, "finish_reason": "stop"}]}).encode(),
+        content_type="text/plain")
+    replies = iter([Reply(content="one"), Reply(content="two"), Reply(content="three"), plain])
+    with FakeOpenAIServer(lambda body: next(replies)) as srv:
+        lm = litellm_lm_for(srv.base_url, monkeypatch, max_reply_bytes=1024)
+        outs = [lm("hello"), asyncio.run(lm.acall("hello")), asyncio.run(lm.acall("hello")), lm("hello")]
+    assert outs == [["one"], ["two"], ["three"], ["plain"]]
