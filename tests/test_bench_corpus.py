@@ -175,15 +175,17 @@ def test_elementary_was_scored_once_and_is_a_fold_now():
     assert "so it became a fold" in m["about"].split("elementary (9 photographs")[1]
 
 
-def test_ubuntumate_is_the_blind_source():
+def test_ubuntumate_was_scored_once_and_is_spent():
     """Ubuntu MATE's photo wallpapers (ubuntu-mate/ubuntu-mate-artwork at a pinned commit): 12 photographs by 12
-    photographers, CC-BY-SA-4.0 or CC0 per file as the repository's debian/copyright states; blind (in no fold and no
-    fit). The space image, the generated mascot art, the photos with a logo laid on them and the all-bokeh abstract are
-    left out and named; the hard clean photos were noted before any figure; no other source shares its folder."""
+    photographers, CC-BY-SA-4.0 or CC0 per file as the repository's debian/copyright states; blind for one session,
+    scored once with the final fit, so spent; its terms allow fitting, so it is to become a fold. The space image, the
+    generated mascot art, the photos with a logo laid on them and the all-bokeh abstract are left out and named; the
+    hard clean photos were noted before any figure; no other source shares its folder."""
     m = json.loads(fc.MANIFEST.read_text())
     blind = fc.corpus_sources(m, blind=True)
-    assert [name for name, src in blind.items() if fc.blind_status(src) == "blind"] == ["ubuntumate"]
+    assert [name for name, src in blind.items() if fc.blind_status(src) == "blind"] == []  # a new one is to be found
     um = blind["ubuntumate"]
+    assert fc.blind_status(um) == "spent" and "Scored once" in um["spent"] and "become a fold" in um["spent"]
     assert um["registry"] == "GitHub" and um["repo"] == "ubuntu-mate/ubuntu-mate-artwork"
     assert um["where"] == "usr/share/backgrounds/" and um["commit"] == "7d8984c302dfb328bbb7c67aada46277c4e5e7aa"
     assert len(um["files"]) == 12 and set(um["sha256"]) == set(um["files"])
@@ -327,14 +329,14 @@ def test_blind_report_scores_each_source_on_its_own_with_its_status(tmp_path, mo
         assert all(got[lad]["n"] == len(src["files"]) for lad in fc.LADDERS)
     assert all(len(sources) == 1 for sources, _ in seen) and len(seen) == 2 * len(report["sources"])
     assert [report["sources"][s]["status"] for s in ("cbsd68", "mcmaster", "urban100", "ubuntumate")] == [
-        "spent", "spent", "spent", "blind"]
+        "spent", "spent", "spent", "spent"]
     # the command prints one line per source and ladder, labelled with its status, and writes the per-source report
     out = tmp_path / "blind.json"
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "cbsd68 (spent, 68 photos), alt ladder" in printed and "mcmaster (spent, 18 photos), fit ladder" in printed
     assert "urban100 (spent, 93 photos), fit ladder" in printed and "budgie" not in printed
-    assert "ubuntumate (blind, 12 photos), alt ladder" in printed and "elementary" not in printed
+    assert "ubuntumate (spent, 12 photos), alt ladder" in printed and "elementary" not in printed
     assert set(json.loads(out.read_text())["sources"]) == {"cbsd68", "mcmaster", "urban100", "ubuntumate"}
     # --blind-source scores the named source alone (the spent ones are not measured again); a wrong name is refused
     seen.clear()
