@@ -183,7 +183,6 @@ def test_ubuntumate_was_scored_once_and_is_spent():
     hard clean photos were noted before any figure; no other source shares its folder."""
     m = json.loads(fc.MANIFEST.read_text())
     blind = fc.corpus_sources(m, blind=True)
-    assert [name for name, src in blind.items() if fc.blind_status(src) == "blind"] == []  # a new one is to be found
     um = blind["ubuntumate"]
     assert fc.blind_status(um) == "spent" and "Scored once" in um["spent"] and "become a fold" in um["spent"]
     assert um["registry"] == "GitHub" and um["repo"] == "ubuntu-mate/ubuntu-mate-artwork"
@@ -200,6 +199,29 @@ def test_ubuntumate_was_scored_once_and_is_spent():
     assert not {(s.get("repo"), s.get("where")) for s in fc.corpus_sources(m).values()} & {(um["repo"], um["where"])}
 
 
+def test_ubuntucinnamon_is_the_blind_source():
+    """Ubuntu Cinnamon's photo wallpapers (ubuntucinnamon/ubuntucinnamon-wallpapers at a pinned commit): 17 photographs
+    by 12 photographers, at most two each by a rule fixed before anything was measured; CC0, CC BY-SA or GPL-3+ per
+    file as its debian/copyright states; blind (in no fold and no fit). The photo elementary has too, the black-and-white
+    photos and the drawings are left out and named; the hard clean photos were noted before any figure."""
+    m = json.loads(fc.MANIFEST.read_text())
+    blind = fc.corpus_sources(m, blind=True)
+    assert [name for name, src in blind.items() if fc.blind_status(src) == "blind"] == ["ubuntucinnamon"]
+    uc = blind["ubuntucinnamon"]
+    assert uc["registry"] == "GitHub" and uc["repo"] == "ubuntucinnamon/ubuntucinnamon-wallpapers"
+    assert uc["where"] == "usr/share/backgrounds/ubuntucinnamon/"
+    assert uc["commit"] == "53666004c504f2941ad2e2d1ee91ff8ea01b5824"
+    assert len(uc["files"]) == 17 and set(uc["sha256"]) == set(uc["files"])
+    for f in uc["files"]:  # every kept photo is named in the licence text by its release folder and title
+        assert f.split("_by_")[0] in uc["licence"], f
+    photographers = [Path(f).stem.split("_by_")[1] for f in uc["files"]]
+    assert len(set(photographers)) == 12 and max(photographers.count(p) for p in photographers) == 2
+    for left_out in ("Pink_Petaled_Flowers", "Half_Dome", "Harbour_Bridge", "Night_Otter", "Fantasy_Kudu"):
+        assert not any(left_out in f for f in uc["files"]) and left_out in uc["licence"]
+    assert "noted before any figure" in uc["licence"] and "ubuntucinnamon (17 photographs" in m["about"]
+    assert not {(s.get("repo"), s.get("where")) for s in fc.corpus_sources(m).values()} & {(uc["repo"], uc["where"])}
+
+
 def test_kodak_is_a_fold_now():
     """Kodak24 was scored blind once and is spent: a leave-one-source-out source (budgie, scored blind once, too)."""
     m = json.loads(fc.MANIFEST.read_text())
@@ -208,7 +230,7 @@ def test_kodak_is_a_fold_now():
                              "elementary"}
     # pyiqa's calibration photos are TID2013's references, i.e. Kodak photos again: not a source of their own
     assert not any("ResultsCalibra" in src["where"] for src in m["sources"].values())
-    assert set(blind) == {"cbsd68", "mcmaster", "urban100", "ubuntumate"}
+    assert set(blind) == {"cbsd68", "mcmaster", "urban100", "ubuntumate", "ubuntucinnamon"}
     assert m["sources"]["kodak"]["blind"] is False and len(training["kodak"]["files"]) == 24
 
 
@@ -328,8 +350,8 @@ def test_blind_report_scores_each_source_on_its_own_with_its_status(tmp_path, mo
         assert got["status"] == fc.blind_status(src) and got["n_photos"] == len(src["files"])
         assert all(got[lad]["n"] == len(src["files"]) for lad in fc.LADDERS)
     assert all(len(sources) == 1 for sources, _ in seen) and len(seen) == 2 * len(report["sources"])
-    assert [report["sources"][s]["status"] for s in ("cbsd68", "mcmaster", "urban100", "ubuntumate")] == [
-        "spent", "spent", "spent", "spent"]
+    assert [report["sources"][s]["status"] for s in ("cbsd68", "mcmaster", "urban100", "ubuntumate", "ubuntucinnamon")] == [
+        "spent", "spent", "spent", "spent", "blind"]
     # the command prints one line per source and ladder, labelled with its status, and writes the per-source report
     out = tmp_path / "blind.json"
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out)]) == 0
@@ -337,7 +359,8 @@ def test_blind_report_scores_each_source_on_its_own_with_its_status(tmp_path, mo
     assert "cbsd68 (spent, 68 photos), alt ladder" in printed and "mcmaster (spent, 18 photos), fit ladder" in printed
     assert "urban100 (spent, 93 photos), fit ladder" in printed and "budgie" not in printed
     assert "ubuntumate (spent, 12 photos), alt ladder" in printed and "elementary" not in printed
-    assert set(json.loads(out.read_text())["sources"]) == {"cbsd68", "mcmaster", "urban100", "ubuntumate"}
+    assert "ubuntucinnamon (blind, 17 photos), alt ladder" in printed
+    assert set(json.loads(out.read_text())["sources"]) == {"cbsd68", "mcmaster", "urban100", "ubuntumate", "ubuntucinnamon"}
     # --blind-source scores the named source alone (the spent ones are not measured again); a wrong name is refused
     seen.clear()
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out),
@@ -346,7 +369,7 @@ def test_blind_report_scores_each_source_on_its_own_with_its_status(tmp_path, mo
     capsys.readouterr()
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out),
                     "--blind-source", "elementary"]) == 2
-    assert "not a blind source: elementary; the blind sources are cbsd68, mcmaster, urban100, ubuntumate" in capsys.readouterr().err
+    assert "not a blind source: elementary; the blind sources are cbsd68, mcmaster, urban100, ubuntumate, ubuntucinnamon" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------------------------ GitHub sources
