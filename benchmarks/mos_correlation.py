@@ -68,6 +68,8 @@ def _score_image(args) -> dict:
 
 
 def _srcc(x: np.ndarray, y: np.ndarray) -> float:
+    if np.ptp(x) == 0 or np.ptp(y) == 0:  # a resample of a few images can be all one value: no ranking
+        return float("nan")
     return float(stats.spearmanr(x, y)[0])
 
 
@@ -83,8 +85,8 @@ def bootstrap_srcc(pred: dict[str, np.ndarray], mos: np.ndarray, base: str, seed
     for k, d in draws.items():
         d = np.asarray(d)
         diff = d - np.asarray(draws[base])
-        out[k] = {"srcc_ci95": [float(np.percentile(d, 2.5)), float(np.percentile(d, 97.5))],
-                  f"minus_{base}_ci95": [float(np.percentile(diff, 2.5)), float(np.percentile(diff, 97.5))]}
+        out[k] = {"srcc_ci95": [float(np.nanpercentile(d, 2.5)), float(np.nanpercentile(d, 97.5))],
+                  f"minus_{base}_ci95": [float(np.nanpercentile(diff, 2.5)), float(np.nanpercentile(diff, 97.5))]}
     return out
 
 
@@ -129,7 +131,12 @@ def main(argv=None) -> int:
                        "no reference (NR)",
            "predictors": {}, "detected": dict(sorted(detected.items(), key=lambda kv: -kv[1])),
            "nothing_detected": sum(not s["detected"] for s in scored),
-           "score_mean": {k: float(np.mean(v)) for k, v in pred.items() if k in ("analyst", "pipeline")}}
+           "score_mean": {k: float(np.mean(v)) for k, v in pred.items() if k in ("analyst", "pipeline")},
+           # per image: id, analyst, answer, each NR tool's raw score, the categories detected (not the data
+           # set's MOS: that is its owner's to distribute; join by id with your copy)
+           "images": [[r.id, round(s["analyst"], 4), round(s["pipeline"], 4),
+                       *(round(s["raw"][t], 4) for t in ovst.NR_TOOLS), s["detected"]] for r, s in zip(rows, scored)],
+           "image_columns": ["id", "analyst", "pipeline", *ovst.NR_TOOLS, "detected"]}
     for k, p in pred.items():
         c = metrics.correlations(p, mos)
         out["predictors"][k] = {"srcc": c["srcc"], "plcc": c["plcc"], "plcc_fit": c["plcc_fit"], **intervals[k]}

@@ -152,6 +152,22 @@ def test_bench_convert_clive_then_eval_reports_the_correlation_with_mos(tmp_path
     report = json.loads(res.stdout[res.stdout.index("{"):res.stdout.rindex("}") + 1])
     vs_mos = report["nr"]["vs_mos"]
     assert vs_mos["n"] == 5 and vs_mos["srcc"] >= 0.9  # the analyst ranks the blur as the raters did
+    # The benchmark script scores the same photos as `eval` does (its --check-cli runs the real Assessor and
+    # fails on any difference), the NR tools beside it, and leaves the data set's MOS out of its report.
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import mos_correlation
+
+    out = tmp_path / "mos.json"
+    assert mos_correlation.main([str(root / "manifest.jsonl"), "--workers", "1", "--check-cli", "2", "--json", str(out),
+                                 "--cache", str(tmp_path / "cache")]) == 0
+    bench = json.loads(out.read_text())
+    assert bench["n"] == 5 and set(bench["predictors"]) == {"analyst", "pipeline", "BRISQUE", "NIQE", "PIQE"}
+    assert abs(bench["predictors"]["pipeline"]["srcc"] - vs_mos["srcc"]) < 1e-9
+    assert [c["cli"] for c in bench["cli_check"]] == [c["benchmark"] for c in bench["cli_check"]]
+    assert "mos" not in bench["image_columns"] and len(bench["images"]) == 5
     # Bad input: one line naming it and what to pass, exit 2
     for argv, says in ((["clve", str(root)], "unknown data set 'clve' (did you mean 'clive'?)"),
                        (["clive", str(tmp_path / "nope")], "nope: not found; pass the ChallengeDB_release folder"),
