@@ -121,6 +121,10 @@ def test_bench_make_into_a_file_says_it_wants_a_folder(tmp_path):
     res = CliRunner().invoke(app, ["bench", "make", str(notes), "--ref", "chelsea", "--type", "jpeg"])
     assert res.exit_code == 2 and "notes.txt is a file, not a folder" in " ".join(res.output.split()), res.output
     assert notes.read_text() == "mine"
+    # A folder below a file cannot be made either: one line naming it, exit 2, no traceback.
+    res = CliRunner().invoke(app, ["bench", "make", str(notes / "bench"), "--ref", "chelsea", "--type", "jpeg"])
+    assert res.exit_code == 2 and "Not a directory" in res.output and "Traceback" not in res.output, res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit)
 
 
 def test_bench_convert_clive_then_eval_reports_the_correlation_with_mos(tmp_path):

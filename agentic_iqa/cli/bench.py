@@ -42,9 +42,8 @@ def make_command(
     try:
         with Console(stderr=True).status("generating…"):
             manifest = make_benchmark(out, seed=seed, refs=refs or None, types=types or None, mcq=not no_mcq)
-    except (ValueError, OSError) as exc:  # e.g. a binary file as the CSV: name it
-        message = str(exc) if str(source) in str(exc) else f"{source}: {exc}"
-        fail(escape(message), EXIT_BAD_INPUT)
+    except (ValueError, OSError) as exc:
+        fail(escape(str(exc)), EXIT_BAD_INPUT)
     n = sum(1 for _ in manifest.open())
     typer.echo(f"wrote {n} rows to {manifest}")
 
