@@ -142,6 +142,8 @@ def test_clive_converter_keeps_the_rated_photos_and_their_mos(tmp_path):
 @pytest.mark.parametrize("names, mos, message", [
     ([f"t{i}" for i in range(7)] + ["../../etc/passwd"], [1.0] * 8, "not a plain file name"),
     ([f"t{i}" for i in range(9)], [1.0] * 8, "9 image names but 8 scores"),
+    ([f"t{i}" for i in range(7)] + [""], [1.0] * 8, "'' is not a plain file name"),
+    ([f"t{i}" for i in range(8)], [1.0] * 7 + [float("nan")], "the score of t7 is nan, not a number"),
 ])
 def test_clive_converter_refuses_what_is_not_the_release(tmp_path, names, mos, message):
     root = _fake_clive(tmp_path / "c", names, mos)

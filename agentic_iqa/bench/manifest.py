@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -325,9 +326,12 @@ def clive_to_manifest(release_dir: str | Path, out_path: str | Path | None = Non
     image_root = (root / "Images").resolve()
     rows = []
     for cell, score in list(zip(names, mos))[CLIVE_PRACTICE_IMAGES:]:
-        name = str(cell.ravel()[0] if hasattr(cell, "ravel") else cell).strip()
+        flat = cell.ravel() if hasattr(cell, "ravel") else [cell]  # a MATLAB cell holds a 1-element char array
+        name = str(flat[0]).strip() if len(flat) else ""
         if not name or Path(name).name != name or name in (".", ".."):
             raise ValueError(f"{root / 'Data' / 'AllImages_release.mat'}: {name!r} is not a plain file name")
+        if not math.isfinite(float(score)):
+            raise ValueError(f"{root / 'Data' / 'AllMOS_release.mat'}: the score of {name} is {score}, not a number")
         rows.append(ManifestRow(id=name, image=os.path.relpath(image_root / name, out_path.parent.resolve()),
                                 mos=float(score), source="clive"))
     return write_manifest(rows, out_path)
