@@ -88,9 +88,10 @@ _meters: contextvars.ContextVar[tuple[RequestMeter, ...]] = contextvars.ContextV
 
 
 class _Attempt:
-    """One request of a BudgetedLM call, as its HTTP client saw it. LiteLLM reports an error raised
-    while its client reads as a connection error, and a page that is not JSON as an HTTP 500: what is
-    noted here (by the reply cap, and on LiteLLM's route by `_hook_litellm`) says what really happened."""
+    """One request of a BudgetedLM call, as its HTTP client saw it, noted on both routes (lm15's by
+    `_CountedReply`, LiteLLM's by `_hook_litellm`). The error the call then raises may not say what
+    really happened: LiteLLM reports an error raised while its client reads as a connection error, and
+    a page that is not JSON as an HTTP 500."""
 
     __slots__ = ("lm", "refused", "status", "content_type")
 
@@ -100,7 +101,9 @@ class _Attempt:
         self.content_type: Optional[str] = None
 
     def not_json(self) -> Optional[str]:
-        """The content type of a 200 reply not said to be JSON ("unknown" without one), else None."""
+        """The content type of a 200 reply not said to be JSON ("unknown" without one), else None. A
+        failed call with such a reply is `LMNotAnAPI` (a body labelled JSON but broken is a bad reply
+        from what may well be the API, and stays one)."""
         if self.status != 200:
             return None
         kind = self.content_type or "unknown"
@@ -195,12 +198,14 @@ class _BodyMeter:
 
 
 class _CountedReply:
-    """A reply of lm15's transport whose body is counted (`_BodyMeter`) as it is read."""
+    """A reply of lm15's transport whose body is counted (`_BodyMeter`) as it is read; its status and
+    content type are noted on the attempt."""
 
     def __init__(self, reply: Any, meter: _BodyMeter) -> None:
         self._reply, self._meter = reply, meter
         self.status, self.reason, self.headers, self.http_version = (
             reply.status, reply.reason, reply.headers, reply.http_version)
+        meter.attempt.status, meter.attempt.content_type = reply.status, reply.header("content-type")
 
     def header(self, name: str) -> Optional[str]:
         return self._reply.header(name)
@@ -471,25 +476,6 @@ def _in_our_terms(exc: BaseException) -> BaseException:
         return exc
 
 
-def _not_json_reply(exc: BaseException) -> Optional[str]:
-    """For an HTTP 200 whose body is not JSON and not said to be (DSPy's provider error with status 200,
-    caused by the JSON decoder): the reply's content type as the message gives it ("text/html;
-    charset=utf-8"), or "unknown"; else None. A body labelled JSON but broken is a bad reply from what
-    may well be the API, and stays one."""
-    import json
-
-    if getattr(exc, "status", None) != 200:
-        return None
-    cause, seen = exc.__cause__, 0
-    while cause is not None and seen < 8:
-        if isinstance(cause, (json.JSONDecodeError, UnicodeDecodeError)):
-            found = re.search(r"\(HTTP 200, (.+?), \d+ bytes\)", str(exc))
-            kind = found.group(1) if found else "unknown"
-            return None if "json" in kind.lower() else kind
-        cause, seen = cause.__cause__, seen + 1
-    return None
-
-
 def __getattr__(name: str):
     # BudgetedLM subclasses dspy.LM, which is slow to import: made on first use (also by pickle).
     if name in ("BudgetedLM", "LMBudgetExceeded", "LMReplyTooLarge", "LMNotAnAPI"):
@@ -550,10 +536,7 @@ def _budgeted_lm_class() -> type:
             `seen`: what the HTTP client saw, which LiteLLM's error may not say."""
             if seen.refused is not None:  # LiteLLM's account of it (a connection error) would mislead
                 raise seen.refused from None
-            kind = _not_json_reply(exc)
-            if kind is not None:
-                raise self._not_an_api(kind) from exc
-            kind = seen.not_json()  # LiteLLM's account: an HTTP 500, "Empty or invalid response"
+            kind = seen.not_json()  # whatever the error says (lm15: a provider error; LiteLLM: an HTTP 500)
             if kind is not None:
                 raise self._not_an_api(kind) from None
             if attempt >= self._retries or not is_retryable_lm_error(exc):

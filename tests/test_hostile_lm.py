@@ -410,10 +410,11 @@ PORTAL = Reply(raw_body=b"<!DOCTYPE html><html><head><title>Hotel Wi-Fi</title><
                content_type="text/html; charset=utf-8")
 
 
-def test_an_html_page_behind_a_200_is_not_an_api_and_is_not_retried():
+@pytest.mark.parametrize("how", ["sync", "async"])
+def test_an_html_page_behind_a_200_is_not_an_api_and_is_not_retried(how):
     with FakeOpenAIServer(lambda body: PORTAL) as srv:
         lm = lm_for(srv, num_retries=3)
-        _, err = call_bounded(lambda: lm("hello"))
+        _, err = _call(lm, how)
         n = len(srv.requests)
     assert type(err).__name__ == "LMNotAnAPI", err
     assert n == 1  # a setup problem: the same page would come back
