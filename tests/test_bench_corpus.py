@@ -175,16 +175,15 @@ def test_elementary_was_scored_once_and_is_a_fold_now():
     assert "so it became a fold" in m["about"].split("elementary (9 photographs")[1]
 
 
-def test_ubuntumate_was_scored_once_and_is_spent():
+def test_ubuntumate_was_scored_once_and_is_a_fold_now():
     """Ubuntu MATE's photo wallpapers (ubuntu-mate/ubuntu-mate-artwork at a pinned commit): 12 photographs by 12
     photographers, CC-BY-SA-4.0 or CC0 per file as the repository's debian/copyright states; blind for one session,
-    scored once with the final fit, so spent; its terms allow fitting, so it is to become a fold. The space image, the
-    generated mascot art, the photos with a logo laid on them and the all-bokeh abstract are left out and named; the
-    hard clean photos were noted before any figure; no other source shares its folder."""
+    scored once with the final fit, so spent; its terms allow fitting, so once a new blind source was found it became a
+    fold. The space image, the generated mascot art, the photos with a logo laid on them and the all-bokeh abstract
+    are left out and named; the hard clean photos were noted before any figure."""
     m = json.loads(fc.MANIFEST.read_text())
-    blind = fc.corpus_sources(m, blind=True)
-    um = blind["ubuntumate"]
-    assert fc.blind_status(um) == "spent" and "Scored once" in um["spent"] and "become a fold" in um["spent"]
+    um = fc.corpus_sources(m)["ubuntumate"]
+    assert um["blind"] is False and "Scored once" in um["spent"] and "became a leave-one-source-out source" in um["spent"]
     assert um["registry"] == "GitHub" and um["repo"] == "ubuntu-mate/ubuntu-mate-artwork"
     assert um["where"] == "usr/share/backgrounds/" and um["commit"] == "7d8984c302dfb328bbb7c67aada46277c4e5e7aa"
     assert len(um["files"]) == 12 and set(um["sha256"]) == set(um["files"])
@@ -196,7 +195,7 @@ def test_ubuntumate_was_scored_once_and_is_spent():
     # elementary's left-out Nattu Adnan photo (absent from its snapshot) may be this source's nattu-adnan-328570
     assert "Nattu Adnan.jpg" not in m["sources"]["elementary"]["files"]
     assert "noted before any figure" in um["licence"] and "ubuntumate (12 photographs" in m["about"]
-    assert not {(s.get("repo"), s.get("where")) for s in fc.corpus_sources(m).values()} & {(um["repo"], um["where"])}
+    assert "so it became a fold" in m["about"].split("ubuntumate (12 photographs")[1]
 
 
 def test_ubuntucinnamon_is_the_blind_source():
@@ -227,10 +226,10 @@ def test_kodak_is_a_fold_now():
     m = json.loads(fc.MANIFEST.read_text())
     training, blind = fc.corpus_sources(m), fc.corpus_sources(m, blind=True)
     assert set(training) == {"skimage", "mate", "plasma", "lomiri", "kodak", "budgie", "deepin", "solus", "popos",
-                             "elementary"}
+                             "elementary", "ubuntumate"}
     # pyiqa's calibration photos are TID2013's references, i.e. Kodak photos again: not a source of their own
     assert not any("ResultsCalibra" in src["where"] for src in m["sources"].values())
-    assert set(blind) == {"cbsd68", "mcmaster", "urban100", "ubuntumate", "ubuntucinnamon"}
+    assert set(blind) == {"cbsd68", "mcmaster", "urban100", "ubuntucinnamon"}
     assert m["sources"]["kodak"]["blind"] is False and len(training["kodak"]["files"]) == 24
 
 
@@ -350,26 +349,26 @@ def test_blind_report_scores_each_source_on_its_own_with_its_status(tmp_path, mo
         assert got["status"] == fc.blind_status(src) and got["n_photos"] == len(src["files"])
         assert all(got[lad]["n"] == len(src["files"]) for lad in fc.LADDERS)
     assert all(len(sources) == 1 for sources, _ in seen) and len(seen) == 2 * len(report["sources"])
-    assert [report["sources"][s]["status"] for s in ("cbsd68", "mcmaster", "urban100", "ubuntumate", "ubuntucinnamon")] == [
-        "spent", "spent", "spent", "spent", "blind"]
+    assert [report["sources"][s]["status"] for s in ("cbsd68", "mcmaster", "urban100", "ubuntucinnamon")] == [
+        "spent", "spent", "spent", "blind"]
     # the command prints one line per source and ladder, labelled with its status, and writes the per-source report
     out = tmp_path / "blind.json"
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "cbsd68 (spent, 68 photos), alt ladder" in printed and "mcmaster (spent, 18 photos), fit ladder" in printed
     assert "urban100 (spent, 93 photos), fit ladder" in printed and "budgie" not in printed
-    assert "ubuntumate (spent, 12 photos), alt ladder" in printed and "elementary" not in printed
-    assert "ubuntucinnamon (blind, 17 photos), alt ladder" in printed
-    assert set(json.loads(out.read_text())["sources"]) == {"cbsd68", "mcmaster", "urban100", "ubuntumate", "ubuntucinnamon"}
+    assert "ubuntucinnamon (blind, 17 photos), alt ladder" in printed and "ubuntumate" not in printed
+    assert set(json.loads(out.read_text())["sources"]) == {"cbsd68", "mcmaster", "urban100", "ubuntucinnamon"}
     # --blind-source scores the named source alone (the spent ones are not measured again); a wrong name is refused
     seen.clear()
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out),
-                    "--blind-source", "ubuntumate"]) == 0
-    assert set(json.loads(out.read_text())["sources"]) == {"ubuntumate"} and {s for src, _ in seen for s in src} == {"ubuntumate"}
+                    "--blind-source", "ubuntucinnamon"]) == 0
+    assert set(json.loads(out.read_text())["sources"]) == {"ubuntucinnamon"}
+    assert {s for src, _ in seen for s in src} == {"ubuntucinnamon"}
     capsys.readouterr()
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out),
-                    "--blind-source", "elementary"]) == 2
-    assert "not a blind source: elementary; the blind sources are cbsd68, mcmaster, urban100, ubuntumate, ubuntucinnamon" in capsys.readouterr().err
+                    "--blind-source", "ubuntumate"]) == 2
+    assert "not a blind source: ubuntumate; the blind sources are cbsd68, mcmaster, urban100, ubuntucinnamon" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------------------------ GitHub sources
@@ -460,8 +459,8 @@ def test_question_blind_report_asks_the_named_blind_source_only(tmp_path, monkey
     monkeypatch.setattr(qa, "summarize", lambda rows, folds: {"nr": {}, "fr": {}})
     out = tmp_path / "q.json"
     argv = ["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--json", str(out)]
-    assert qa.main([*argv, "--blind-source", "ubuntumate"]) == 0
-    assert asked == [{"ubuntumate"}] and set(json.loads(out.read_text())["sources"]) == {"ubuntumate"}
+    assert qa.main([*argv, "--blind-source", "ubuntucinnamon"]) == 0
+    assert asked == [{"ubuntucinnamon"}] and set(json.loads(out.read_text())["sources"]) == {"ubuntucinnamon"}
     assert qa.main([*argv, "--blind-source", "kodak"]) == 2
     assert "not a blind source: kodak" in capsys.readouterr().err
 
