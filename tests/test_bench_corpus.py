@@ -198,15 +198,15 @@ def test_ubuntumate_was_scored_once_and_is_a_fold_now():
     assert "so it became a fold" in m["about"].split("ubuntumate (12 photographs")[1]
 
 
-def test_ubuntucinnamon_is_the_blind_source():
+def test_ubuntucinnamon_was_scored_once_and_is_spent():
     """Ubuntu Cinnamon's photo wallpapers (ubuntucinnamon/ubuntucinnamon-wallpapers at a pinned commit): 17 photographs
     by 12 photographers, at most two each by a rule fixed before anything was measured; CC0, CC BY-SA or GPL-3+ per
-    file as its debian/copyright states; blind (in no fold and no fit). The photo elementary has too, the black-and-white
-    photos and the drawings are left out and named; the hard clean photos were noted before any figure."""
+    file as its debian/copyright states; blind for one session, scored once with the final fit, so spent; its terms
+    allow fitting, so it is to become a fold. The photo elementary has too, the black-and-white photos and the drawings
+    are left out and named; the hard clean photos were noted before any figure."""
     m = json.loads(fc.MANIFEST.read_text())
-    blind = fc.corpus_sources(m, blind=True)
-    assert [name for name, src in blind.items() if fc.blind_status(src) == "blind"] == ["ubuntucinnamon"]
-    uc = blind["ubuntucinnamon"]
+    uc = fc.corpus_sources(m, blind=True)["ubuntucinnamon"]
+    assert fc.blind_status(uc) == "spent" and "Scored once" in uc["spent"] and "become a fold" in uc["spent"]
     assert uc["registry"] == "GitHub" and uc["repo"] == "ubuntucinnamon/ubuntucinnamon-wallpapers"
     assert uc["where"] == "usr/share/backgrounds/ubuntucinnamon/"
     assert uc["commit"] == "53666004c504f2941ad2e2d1ee91ff8ea01b5824"
@@ -221,6 +221,33 @@ def test_ubuntucinnamon_is_the_blind_source():
     assert not {(s.get("repo"), s.get("where")) for s in fc.corpus_sources(m).values()} & {(uc["repo"], uc["where"])}
 
 
+def test_worksuite_is_the_blind_source():
+    """The Unsplash and Pexels photographs that languageseed/work_suite keeps for picking theme colours (pinned): 22
+    photographs by 19 photographers, at most two each; Unsplash or Pexels License per file as its themes/images/
+    LICENSE.md states; blind (in no fold and no fit). Renderings, a composite, photos and photographers other sources
+    have, a sky-only Milky Way, a third photo of one photographer and the files the snapshot lacks are left out and
+    named; the hard clean photos were noted before any figure; no other source shares its folder."""
+    m = json.loads(fc.MANIFEST.read_text())
+    blind = fc.corpus_sources(m, blind=True)
+    assert [name for name, src in blind.items() if fc.blind_status(src) == "blind"] == ["worksuite"]
+    ws = blind["worksuite"]
+    assert ws["registry"] == "GitHub" and ws["repo"] == "languageseed/work_suite" and ws["where"] == "themes/images/"
+    assert ws["commit"] == "f97665bbbf2c71edb7188f409ead1cbf77588ba2"
+    assert len(ws["files"]) == 22 and set(ws["sha256"]) == set(ws["files"])
+    for f in ws["files"]:  # every kept photo is named in the licence text, under its licence
+        assert Path(f).stem in ws["licence"], f
+        assert f.endswith("-unsplash.jpg") or f.startswith("pexels-"), f
+    assert "Unsplash License" in ws["licence"] and "Pexels License" in ws["licence"]
+    photographers = [f.split("-unsplash")[0].rsplit("-", 1)[0] if f.endswith("-unsplash.jpg")
+                     else f.split("-")[1] for f in ws["files"]]
+    assert len(set(photographers)) == 19 and max(photographers.count(p) for p in photographers) == 2
+    # photos another source has (deepin's Ashim D'Silva, ubuntumate's Nattu Adnan wave) and a rendering are left out
+    for left_out in ("ashim-d-silva-WeYamle9fDM", "nattu-adnan-Ai2TRdvI6gM", "maxim-berg-3E2xgrlNXq4", "mark-basarab"):
+        assert not any(left_out in f for f in ws["files"]) and left_out in ws["licence"]
+    assert "noted before any figure" in ws["licence"] and "worksuite (22 Unsplash and Pexels photographs" in m["about"]
+    assert not {(s.get("repo"), s.get("where")) for s in fc.corpus_sources(m).values()} & {(ws["repo"], ws["where"])}
+
+
 def test_kodak_is_a_fold_now():
     """Kodak24 was scored blind once and is spent: a leave-one-source-out source (budgie, scored blind once, too)."""
     m = json.loads(fc.MANIFEST.read_text())
@@ -229,7 +256,7 @@ def test_kodak_is_a_fold_now():
                              "elementary", "ubuntumate"}
     # pyiqa's calibration photos are TID2013's references, i.e. Kodak photos again: not a source of their own
     assert not any("ResultsCalibra" in src["where"] for src in m["sources"].values())
-    assert set(blind) == {"cbsd68", "mcmaster", "urban100", "ubuntucinnamon"}
+    assert set(blind) == {"cbsd68", "mcmaster", "urban100", "ubuntucinnamon", "worksuite"}
     assert m["sources"]["kodak"]["blind"] is False and len(training["kodak"]["files"]) == 24
 
 
@@ -349,26 +376,28 @@ def test_blind_report_scores_each_source_on_its_own_with_its_status(tmp_path, mo
         assert got["status"] == fc.blind_status(src) and got["n_photos"] == len(src["files"])
         assert all(got[lad]["n"] == len(src["files"]) for lad in fc.LADDERS)
     assert all(len(sources) == 1 for sources, _ in seen) and len(seen) == 2 * len(report["sources"])
-    assert [report["sources"][s]["status"] for s in ("cbsd68", "mcmaster", "urban100", "ubuntucinnamon")] == [
-        "spent", "spent", "spent", "blind"]
+    assert [report["sources"][s]["status"] for s in ("cbsd68", "mcmaster", "urban100", "ubuntucinnamon", "worksuite")] == [
+        "spent", "spent", "spent", "spent", "blind"]
     # the command prints one line per source and ladder, labelled with its status, and writes the per-source report
     out = tmp_path / "blind.json"
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "cbsd68 (spent, 68 photos), alt ladder" in printed and "mcmaster (spent, 18 photos), fit ladder" in printed
     assert "urban100 (spent, 93 photos), fit ladder" in printed and "budgie" not in printed
-    assert "ubuntucinnamon (blind, 17 photos), alt ladder" in printed and "ubuntumate" not in printed
-    assert set(json.loads(out.read_text())["sources"]) == {"cbsd68", "mcmaster", "urban100", "ubuntucinnamon"}
+    assert "ubuntucinnamon (spent, 17 photos), alt ladder" in printed and "ubuntumate" not in printed
+    assert "worksuite (blind, 22 photos), alt ladder" in printed
+    assert set(json.loads(out.read_text())["sources"]) == {"cbsd68", "mcmaster", "urban100", "ubuntucinnamon", "worksuite"}
     # --blind-source scores the named source alone (the spent ones are not measured again); a wrong name is refused
     seen.clear()
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out),
-                    "--blind-source", "ubuntucinnamon"]) == 0
-    assert set(json.loads(out.read_text())["sources"]) == {"ubuntucinnamon"}
-    assert {s for src, _ in seen for s in src} == {"ubuntucinnamon"}
+                    "--blind-source", "worksuite"]) == 0
+    assert set(json.loads(out.read_text())["sources"]) == {"worksuite"}
+    assert {s for src, _ in seen for s in src} == {"worksuite"}
     capsys.readouterr()
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out),
                     "--blind-source", "ubuntumate"]) == 2
-    assert "not a blind source: ubuntumate; the blind sources are cbsd68, mcmaster, urban100, ubuntucinnamon" in capsys.readouterr().err
+    assert ("not a blind source: ubuntumate; the blind sources are cbsd68, mcmaster, urban100, ubuntucinnamon, worksuite"
+            in capsys.readouterr().err)
 
 
 # ------------------------------------------------------------------------------------ GitHub sources
@@ -459,8 +488,8 @@ def test_question_blind_report_asks_the_named_blind_source_only(tmp_path, monkey
     monkeypatch.setattr(qa, "summarize", lambda rows, folds: {"nr": {}, "fr": {}})
     out = tmp_path / "q.json"
     argv = ["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--json", str(out)]
-    assert qa.main([*argv, "--blind-source", "ubuntucinnamon"]) == 0
-    assert asked == [{"ubuntucinnamon"}] and set(json.loads(out.read_text())["sources"]) == {"ubuntucinnamon"}
+    assert qa.main([*argv, "--blind-source", "worksuite"]) == 0
+    assert asked == [{"worksuite"}] and set(json.loads(out.read_text())["sources"]) == {"worksuite"}
     assert qa.main([*argv, "--blind-source", "kodak"]) == 2
     assert "not a blind source: kodak" in capsys.readouterr().err
 
