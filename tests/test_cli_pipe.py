@@ -2,7 +2,12 @@
 command ends quietly with exit 0 (the reason for 0 rather than 141 is in `agentic_iqa.cli._Cli`), no traceback, no
 "Exception ignored … BrokenPipeError"; and a batch whose progress lines go into the closed pipe (`2>&1 | head`)
 still assesses and saves every image. Real processes, real pipes. Before, each of these exited 1 (typer and rich
-turn a closed stdout into exit 1), and the batch stopped at its first progress line."""
+turn a closed stdout into exit 1), and the batch stopped at its first progress line.
+
+An output that cannot be written for another reason (`> /dev/full`, a full disk) is a failure: one line on stderr
+naming standard output and the reason, exit 1, no traceback; a batch's results file is still complete. Before,
+a traceback (OSError 28) and exit 1. A stderr that cannot be written (`2>/dev/full`) does not stop a batch either;
+before, it saved none of its images."""
 from __future__ import annotations
 
 import fcntl
@@ -16,6 +21,9 @@ import pytest
 from canned import write_test_image
 
 EXIT_READER_GONE = 0
+EXIT_OUTPUT_FAILED = 1  # EXIT_FAILED: as for a --save-trace that cannot be written
+DEV_FULL = "/dev/full"
+needs_dev_full = pytest.mark.skipif(not os.path.exists(DEV_FULL), reason="needs /dev/full")
 TIMEOUT = 300  # seconds; an offline assessment takes a few, on a busy machine more
 
 
@@ -49,6 +57,23 @@ def _into_a_closed_pipe(args, *, module: bool = False, stderr_too: bool = False,
         proc.communicate()
         raise
     return proc.returncode, (err or b"").decode("utf-8", "replace")
+
+
+def _into_dev_full(args, *, stderr_too: bool = False):
+    """Run the CLI with stdout (with `stderr_too` stderr instead) on /dev/full: every write fails with ENOSPC,
+    like a full disk. Returns (exit code, stdout, stderr); the one not on /dev/full is captured."""
+    with open(DEV_FULL, "wb") as full:
+        proc = subprocess.run([*_cli_command(False), *args], stdout=subprocess.PIPE if stderr_too else full,
+                              stderr=full if stderr_too else subprocess.PIPE, env=_env(), timeout=TIMEOUT)
+    out, err = (x.decode("utf-8", "replace") if x else "" for x in (proc.stdout, proc.stderr))
+    return proc.returncode, out, err
+
+
+def _one_line_naming_stdout(err: str) -> None:
+    assert "Traceback" not in err and "Exception ignored" not in err, err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert [line for line in lines if "error" in line.lower()] == lines[-1:], err  # one error line, the last
+    assert "standard output" in lines[-1] and "No space left on device" in lines[-1], err
 
 
 def _first_line_then_close(args):
@@ -115,3 +140,47 @@ def test_eval_into_a_closed_pipe_is_no_error(tmp_path):
                                      "--no-progress"])
     assert code == EXIT_READER_GONE, err
     _quiet(err)
+
+
+@needs_dev_full
+@pytest.mark.parametrize("args", [
+    ["tools", "list", "--json"],
+    ["assess", "example:chelsea", "--offline", "--no-cache"],
+], ids=["tools-list-json", "assess"])
+def test_a_full_stdout_is_one_line_and_exit_1(args):
+    code, _, err = _into_dev_full(args)
+    assert code == EXIT_OUTPUT_FAILED, err
+    _one_line_naming_stdout(err)
+    assert len(err.strip().splitlines()) == 1, err
+
+
+@needs_dev_full
+def test_a_batch_whose_summary_cannot_be_written_saves_every_image(tmp_path):
+    images = [str(write_test_image(tmp_path / f"img{i}.jpg", size=(96, 64), seed=i)) for i in range(3)]
+    out = tmp_path / "results.jsonl"
+    code, _, err = _into_dev_full(["assess", *images, "--offline", "--no-cache", "-j", "1", "--out", str(out)])
+    assert code == EXIT_OUTPUT_FAILED, err
+    _one_line_naming_stdout(err)
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 3 and all(r["status"] == "ok" for r in rows), rows
+
+
+@needs_dev_full
+def test_a_batch_with_a_full_stderr_still_assesses_and_saves_every_image(tmp_path):
+    # progress lines (stderr) that cannot be written must not stop the work, as with a closed pipe
+    images = [str(write_test_image(tmp_path / f"img{i}.jpg", size=(96, 64), seed=i)) for i in range(3)]
+    out = tmp_path / "results.jsonl"
+    code, stdout, _ = _into_dev_full(["assess", *images, "--offline", "--no-cache", "-j", "1", "--out", str(out)],
+                                     stderr_too=True)
+    assert code == 0 and "Batch" in stdout, stdout
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 3 and all(r["status"] == "ok" for r in rows), rows
+
+
+@needs_dev_full
+def test_a_result_that_cannot_be_shown_is_still_saved_as_its_trace(tmp_path):
+    trace = tmp_path / "trace.json"
+    code, _, err = _into_dev_full(["assess", "example:chelsea", "--offline", "--no-cache", "--save-trace", str(trace)])
+    assert code == EXIT_OUTPUT_FAILED, err
+    _one_line_naming_stdout(err)
+    assert 1 <= json.loads(trace.read_text())["result"]["score"] <= 5  # written after the output failed

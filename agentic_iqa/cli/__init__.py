@@ -12,73 +12,90 @@ from agentic_iqa.cli import assess as _assess
 from agentic_iqa.cli import bench as _bench
 from agentic_iqa.cli import compile as _compile
 from agentic_iqa.cli import tools as _tools
-from agentic_iqa.cli.common import EXIT_OK
+from agentic_iqa.cli.common import EXIT_FAILED, EXIT_OK
 
 
 class _Cli(typer.Typer):
-    """The root app. Calling it (`main()`, `python -m agentic_iqa`) runs the command with the one rule for a reader
-    that closes our output early (`agentic-iqa tools list | head -1`, `… 2>&1 | head`): that is not a failure of
-    ours, so no traceback, no "Exception ignored … BrokenPipeError", and exit 0.
+    """The root app. Calling it (`main()`, `python -m agentic_iqa`) runs the command with the rules for an output
+    that cannot be written.
 
-    Exit 0 rather than 141 (128 + SIGPIPE): the reader leaving is its choice, and whether a write hits the closed
-    pipe at all is a race (output that fits in the pipe buffer is accepted before `head` exits), so 141 would make
-    `set -o pipefail` scripts fail at random. Not `signal(SIGPIPE, SIG_DFL)` either: that kills the process at the
-    first write to a closed pipe, e.g. a batch's progress line on a closed stderr, with items still to assess and
-    no clean-up (the run loop's summary, the score cache, Ray)."""
+    A reader that closes our output early (`agentic-iqa tools list | head -1`, `… 2>&1 | head`) is not a failure
+    of ours, so no traceback, no "Exception ignored … BrokenPipeError", and exit 0. Exit 0 rather than 141
+    (128 + SIGPIPE): the reader leaving is its choice, and whether a write hits the closed pipe at all is a race
+    (output that fits in the pipe buffer is accepted before `head` exits), so 141 would make `set -o pipefail`
+    scripts fail at random. Not `signal(SIGPIPE, SIG_DFL)` either: that kills the process at the first write to
+    a closed pipe, e.g. a batch's progress line on a closed stderr, with items still to assess and no clean-up
+    (the run loop's summary, the score cache, Ray).
+
+    A stdout that fails otherwise (`> /dev/full`, a full disk, an I/O error) is a failure: one line on stderr
+    naming the stream and the reason, exit 1 (EXIT_FAILED: the work ran, its output could not be delivered, as
+    for a --save-trace that cannot be written). What a command saves to files (a batch's results) is written
+    before its summary, so it is complete. stderr is another matter: see `_Guarded`."""
 
     def __call__(self, *args, **kwargs):
-        stderr = sys.stderr
-        guarded = _StderrWithoutReader(stderr) if stderr is not None else None
-        if guarded is not None:
-            sys.stderr = guarded
+        saved = sys.stdout, sys.stderr
+        out = _Guarded(saved[0]) if saved[0] is not None else None
+        err = _Guarded(saved[1], carry_on=True) if saved[1] is not None else None
+        if out is not None:
+            sys.stdout = out
+        if err is not None:
+            sys.stderr = err
         try:
-            reader_gone, ending, result = False, None, None
+            failed, ending, result = None, None, None  # failed: the OSError that ended writing to stdout
             try:
                 result = super().__call__(*args, **kwargs)
             except SystemExit as exc:
                 # typer (an EPIPE out of the command) and rich (a console's write) end a closed stdout with exit 1,
-                # raised while handling the EPIPE. With stderr guarded, that EPIPE was stdout's.
-                if _closed_pipe(exc.__context__):
-                    reader_gone = True
+                # raised while handling the EPIPE.
+                if out is not None and out.error is not None and exc.__context__ is out.error:
+                    failed = out.error
                 else:
                     ending = exc
             except OSError as exc:
-                if not _closed_pipe(exc):
+                if out is None or exc is not out.error:  # not stdout's: as before
                     raise
-                reader_gone = True
-            # Flush here, not at interpreter exit, where a closed pipe prints "Exception ignored" and exits 120.
-            for stream in (sys.stdout, guarded):
-                try:
-                    if stream is not None:
-                        stream.flush()
-                except OSError as exc:  # another error (a full disk) is left to the exit's flush, as before
-                    reader_gone = reader_gone or (stream is sys.stdout and _closed_pipe(exc))
-            if reader_gone:
-                _to_devnull(sys.stdout)  # whatever is still buffered, or written at exit, goes nowhere, quietly
-                raise SystemExit(EXIT_OK)
+                failed = exc
+            # Flush here, not at interpreter exit, where a failing stdout prints "Exception ignored" (exit 120).
+            try:
+                if out is not None:
+                    out.flush()
+            except OSError as exc:
+                failed = failed or exc
+            if err is not None:
+                err.flush()
+            if failed is not None:
+                _to_devnull(saved[0])  # whatever is still buffered, or written at exit, goes nowhere, quietly
+                if _closed_pipe(failed):
+                    raise SystemExit(EXIT_OK)
+                hint = "free some space or " if failed.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", -1)) else ""
+                if err is not None:  # the guard: a stderr that cannot be written either raises nothing
+                    err.write(f"error: could not write the output to standard output: {failed.strerror or failed} "
+                              f"(errno {failed.errno}); {hint}send the output elsewhere\n")
+                    err.flush()
+                raise SystemExit(EXIT_FAILED)
             if ending is not None:
                 raise ending
             return result
         finally:
-            if guarded is not None and sys.stderr is guarded:
-                sys.stderr = stderr
+            sys.stdout, sys.stderr = saved
 
 
-class _StderrWithoutReader:
-    """sys.stderr while a command runs: if its reader goes away (`… 2>&1 | head -1`), it is pointed at /dev/null
-    and the command carries on. Progress lines and notes must not end the work half-way: the first progress line
-    after `head` exited ended a batch after one image, an eval and a compile before their results were saved."""
+class _Guarded:
+    """sys.stdout or sys.stderr while a command runs. It keeps the OSError its stream last raised (`error`), so
+    the root app knows a failure of stdout from any other OSError. With `carry_on` (stderr), a stream that cannot
+    be written (its reader gone, `… 2>&1 | head -1`; a full disk, `2>/dev/full`) is pointed at /dev/null and the
+    command carries on: progress lines and notes must not end the work half-way (the first progress line after
+    `head` exited ended a batch after one image, an eval and a compile before their results were saved; on
+    /dev/full a batch saved none)."""
 
-    def __init__(self, stream):
-        self._stream = stream
+    def __init__(self, stream, carry_on: bool = False):
+        self._stream, self._carry_on, self.error = stream, carry_on, None
 
     def write(self, text):
         try:
             return self._stream.write(text)
         except OSError as exc:
-            if not _closed_pipe(exc):
-                raise
-            _to_devnull(self._stream)
+            self._failed(exc)
             return len(text)
 
     def writelines(self, lines):
@@ -89,9 +106,13 @@ class _StderrWithoutReader:
         try:
             self._stream.flush()
         except OSError as exc:
-            if not _closed_pipe(exc):
-                raise
-            _to_devnull(self._stream)
+            self._failed(exc)
+
+    def _failed(self, exc: OSError) -> None:
+        self.error = exc
+        if not self._carry_on:
+            raise exc
+        _to_devnull(self._stream)
 
     def __getattr__(self, name):
         return getattr(self._stream, name)
@@ -102,7 +123,7 @@ def _closed_pipe(exc) -> bool:
 
 
 def _to_devnull(stream) -> None:
-    """Point `stream`'s file descriptor at /dev/null (its reader is gone) and drop what it still buffers there."""
+    """Point `stream`'s file descriptor at /dev/null (it cannot be written) and drop what it still buffers there."""
     try:
         fd = stream.fileno()
     except (AttributeError, OSError, ValueError):  # not a real file (a test's StringIO): nothing to do

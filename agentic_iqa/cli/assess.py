@@ -195,12 +195,14 @@ def _single(image, query, reference, lm, api_base, config, offline, mode, progra
         fail(escape(str(exc)), EXIT_BAD_INPUT)
     except Exception as exc:  # noqa: BLE001 - one clear line, never a traceback
         unexpected(exc, "assessment failed")
-    if as_json:
-        typer.echo(result.model_dump_json(indent=2, exclude={"trace"} if not verbose else None))
-    else:
-        render(result, verbose)
-    if save_trace:  # after the result is shown: a trace that cannot be written must not lose it
-        _save_trace(result, save_trace)
+    try:
+        if as_json:
+            typer.echo(result.model_dump_json(indent=2, exclude={"trace"} if not verbose else None))
+        else:
+            render(result, verbose)
+    finally:  # after the result is shown (a trace that cannot be written must not lose it), and even if it
+        if save_trace:  # could not be (a full or closed stdout): the trace keeps the result then
+            _save_trace(result, save_trace)
 
 
 def _refuse_trace_over_an_input(path: Path, image: str, reference: Optional[str]) -> None:
