@@ -198,15 +198,15 @@ def test_ubuntumate_was_scored_once_and_is_a_fold_now():
     assert "so it became a fold" in m["about"].split("ubuntumate (12 photographs")[1]
 
 
-def test_ubuntucinnamon_was_scored_once_and_is_spent():
+def test_ubuntucinnamon_was_scored_once_and_is_a_fold_now():
     """Ubuntu Cinnamon's photo wallpapers (ubuntucinnamon/ubuntucinnamon-wallpapers at a pinned commit): 17 photographs
     by 12 photographers, at most two each by a rule fixed before anything was measured; CC0, CC BY-SA or GPL-3+ per
     file as its debian/copyright states; blind for one session, scored once with the final fit, so spent; its terms
-    allow fitting, so it is to become a fold. The photo elementary has too, the black-and-white photos and the drawings
+    allow fitting, so once a new blind source was found it became a fold. The photo elementary has too, the black-and-white photos and the drawings
     are left out and named; the hard clean photos were noted before any figure."""
     m = json.loads(fc.MANIFEST.read_text())
-    uc = fc.corpus_sources(m, blind=True)["ubuntucinnamon"]
-    assert fc.blind_status(uc) == "spent" and "Scored once" in uc["spent"] and "become a fold" in uc["spent"]
+    uc = fc.corpus_sources(m)["ubuntucinnamon"]
+    assert uc["blind"] is False and "Scored once" in uc["spent"] and "became a leave-one-source-out source" in uc["spent"]
     assert uc["registry"] == "GitHub" and uc["repo"] == "ubuntucinnamon/ubuntucinnamon-wallpapers"
     assert uc["where"] == "usr/share/backgrounds/ubuntucinnamon/"
     assert uc["commit"] == "53666004c504f2941ad2e2d1ee91ff8ea01b5824"
@@ -218,7 +218,7 @@ def test_ubuntucinnamon_was_scored_once_and_is_spent():
     for left_out in ("Pink_Petaled_Flowers", "Half_Dome", "Harbour_Bridge", "Night_Otter", "Fantasy_Kudu"):
         assert not any(left_out in f for f in uc["files"]) and left_out in uc["licence"]
     assert "noted before any figure" in uc["licence"] and "ubuntucinnamon (17 photographs" in m["about"]
-    assert not {(s.get("repo"), s.get("where")) for s in fc.corpus_sources(m).values()} & {(uc["repo"], uc["where"])}
+    assert "so it became a fold" in m["about"].split("ubuntucinnamon (17 photographs")[1]
 
 
 def test_worksuite_is_the_blind_source():
@@ -253,10 +253,10 @@ def test_kodak_is_a_fold_now():
     m = json.loads(fc.MANIFEST.read_text())
     training, blind = fc.corpus_sources(m), fc.corpus_sources(m, blind=True)
     assert set(training) == {"skimage", "mate", "plasma", "lomiri", "kodak", "budgie", "deepin", "solus", "popos",
-                             "elementary", "ubuntumate"}
+                             "elementary", "ubuntumate", "ubuntucinnamon"}
     # pyiqa's calibration photos are TID2013's references, i.e. Kodak photos again: not a source of their own
     assert not any("ResultsCalibra" in src["where"] for src in m["sources"].values())
-    assert set(blind) == {"cbsd68", "mcmaster", "urban100", "ubuntucinnamon", "worksuite"}
+    assert set(blind) == {"cbsd68", "mcmaster", "urban100", "worksuite"}
     assert m["sources"]["kodak"]["blind"] is False and len(training["kodak"]["files"]) == 24
 
 
@@ -376,17 +376,16 @@ def test_blind_report_scores_each_source_on_its_own_with_its_status(tmp_path, mo
         assert got["status"] == fc.blind_status(src) and got["n_photos"] == len(src["files"])
         assert all(got[lad]["n"] == len(src["files"]) for lad in fc.LADDERS)
     assert all(len(sources) == 1 for sources, _ in seen) and len(seen) == 2 * len(report["sources"])
-    assert [report["sources"][s]["status"] for s in ("cbsd68", "mcmaster", "urban100", "ubuntucinnamon", "worksuite")] == [
-        "spent", "spent", "spent", "spent", "blind"]
+    assert [report["sources"][s]["status"] for s in ("cbsd68", "mcmaster", "urban100", "worksuite")] == [
+        "spent", "spent", "spent", "blind"]
     # the command prints one line per source and ladder, labelled with its status, and writes the per-source report
     out = tmp_path / "blind.json"
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "cbsd68 (spent, 68 photos), alt ladder" in printed and "mcmaster (spent, 18 photos), fit ladder" in printed
     assert "urban100 (spent, 93 photos), fit ladder" in printed and "budgie" not in printed
-    assert "ubuntucinnamon (spent, 17 photos), alt ladder" in printed and "ubuntumate" not in printed
-    assert "worksuite (blind, 22 photos), alt ladder" in printed
-    assert set(json.loads(out.read_text())["sources"]) == {"cbsd68", "mcmaster", "urban100", "ubuntucinnamon", "worksuite"}
+    assert "worksuite (blind, 22 photos), alt ladder" in printed and "ubuntucinnamon" not in printed
+    assert set(json.loads(out.read_text())["sources"]) == {"cbsd68", "mcmaster", "urban100", "worksuite"}
     # --blind-source scores the named source alone (the spent ones are not measured again); a wrong name is refused
     seen.clear()
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out),
@@ -395,8 +394,8 @@ def test_blind_report_scores_each_source_on_its_own_with_its_status(tmp_path, mo
     assert {s for src, _ in seen for s in src} == {"worksuite"}
     capsys.readouterr()
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out),
-                    "--blind-source", "ubuntumate"]) == 2
-    assert ("not a blind source: ubuntumate; the blind sources are cbsd68, mcmaster, urban100, ubuntucinnamon, worksuite"
+                    "--blind-source", "ubuntucinnamon"]) == 2
+    assert ("not a blind source: ubuntucinnamon; the blind sources are cbsd68, mcmaster, urban100, worksuite"
             in capsys.readouterr().err)
 
 
