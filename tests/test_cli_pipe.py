@@ -1,5 +1,5 @@
 """A reader that closes the CLI's output early (`agentic-iqa tools list | head -1`) is not an error of the CLI: the
-command ends quietly with exit 0 (the reason for 0 rather than 141 is in `agentic_iqa.cli._Cli`), no traceback, no
+command ends quietly with exit 0 (the reason for 0 rather than 141 is in `agentic_iqa.cli.output.GuardedApp`), no traceback, no
 "Exception ignored … BrokenPipeError"; and a batch whose progress lines go into the closed pipe (`2>&1 | head`)
 still assesses and saves every image. Real processes, real pipes. Before, each of these exited 1 (typer and rich
 turn a closed stdout into exit 1), and the batch stopped at its first progress line.
