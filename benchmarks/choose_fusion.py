@@ -30,6 +30,7 @@ Re-run after any change to the analyst (severity.py, thresholds) or the tools: i
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 import time
@@ -205,14 +206,12 @@ def main(argv=None) -> int:
     sources = sorted({p["source"] for p in photos})
     of = {s: [i for i, p in enumerate(photos) if p["source"] == s] for s in sources}
 
-    fits: dict = {}
+    # The nested protocol's fits: without each source, and without each pair.
+    fits = fc.fits_without(photos, measured, [(s,) for s in sources] + list(itertools.combinations(sources, 2)),
+                           args.workers)
 
     def fit_without(*held):
-        key = tuple(sorted(held))
-        if key not in fits:
-            tr = [i for i, p in enumerate(photos) if p["source"] not in key]
-            fits[key] = fc.fit([photos[i] for i in tr], [measured[i] for i in tr])
-        return fits[key]
+        return fits[tuple(sorted(held))]
 
     shipped_before = json.loads(Path(args.before).read_text())
     before = {m: {"tools": shipped_before[m.upper()]["tools"], "eta": shipped_before[m.upper()]["eta"]} for m in ("nr", "fr")}

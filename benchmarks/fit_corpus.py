@@ -50,6 +50,7 @@ import hashlib
 import io
 import itertools
 import json
+import multiprocessing
 import os
 import shutil
 import subprocess
@@ -371,19 +372,44 @@ def evaluate(photos, measured, thresholds, ladder: str) -> dict:
     return out
 
 
-def fold_fits(photos, measured):
+_CORPUS: tuple = ()  # (photos, measured) for the fit workers, inherited when they fork
+
+
+def _fit_without(left_out: tuple[str, ...]) -> tuple[tuple[str, ...], dict]:
+    photos, measured = _CORPUS
+    tr = [i for i, p in enumerate(photos) if p["source"] not in left_out]
+    return left_out, fit([photos[i] for i in tr], [measured[i] for i in tr])
+
+
+def fits_without(photos, measured, left_out: list[tuple[str, ...]], workers: int = 1) -> dict:
+    """The analyst fitted without each tuple of sources in ``left_out`` (keyed by that tuple), in ``workers``
+    processes: one fit takes about two minutes, and the folds (and choose_fusion.py's nested pairs) are independent."""
+    global _CORPUS
+    _refuse_blind(photos)
+    _CORPUS = (photos, measured)
+    try:
+        if workers > 1 and len(left_out) > 1:
+            # fork: the workers share the measured corpus (hundreds of MB of statistics) instead of pickling it
+            with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+                return dict(pool.map(_fit_without, left_out))
+        return dict(map(_fit_without, left_out))
+    finally:
+        _CORPUS = ()
+
+
+def fold_fits(photos, measured, workers: int = 1):
     """Leave one source out: for each source, (its name, its photos, their statistics, the thresholds fitted on
     the other sources)."""
-    _refuse_blind(photos)
-    for held in sorted({p["source"] for p in photos}):
-        tr = [i for i, p in enumerate(photos) if p["source"] != held]
+    sources = sorted({p["source"] for p in photos})
+    fits = fits_without(photos, measured, [(s,) for s in sources], workers)
+    for held in sources:
         te = [i for i, p in enumerate(photos) if p["source"] == held]
-        yield held, [photos[i] for i in te], [measured[i] for i in te], fit([photos[i] for i in tr], [measured[i] for i in tr])
+        yield held, [photos[i] for i in te], [measured[i] for i in te], fits[(held,)]
 
 
-def loso(photos, measured, ladders=LADDERS) -> dict:
+def loso(photos, measured, ladders=LADDERS, workers: int = 1) -> dict:
     folds = {}
-    for held, test_photos, test_measured, th in fold_fits(photos, measured):
+    for held, test_photos, test_measured, th in fold_fits(photos, measured, workers):
         folds[held] = {"n_photos": len(test_photos), "n_train_photos": len(photos) - len(test_photos),
                        **{lad: evaluate(test_photos, test_measured, th, lad) for lad in ladders}}
         f = folds[held]["alt"]
@@ -549,7 +575,7 @@ def main(argv=None) -> int:
     photos = build_corpus(cache, args.size)
     print(f"corpus: {len(photos)} photos from {len({p['source'] for p in photos})} sources; measuring...", flush=True)
     measured = measure_corpus(photos, cache, args.workers, str(args.size))
-    folds = loso(photos, measured)
+    folds = loso(photos, measured, workers=args.workers)
     report = {"protocol": __doc__.split("Protocol per fold: ")[1].strip(), "folds": folds,
               "photos": [{k: p[k] for k in ("source", "name", "gray")} for p in photos]}
     if not args.no_fit:

@@ -183,7 +183,7 @@ def main(argv=None) -> int:
         photos = fc.build_corpus(cache, args.size)
         measured = fc.measure_corpus(photos, cache, args.workers, str(args.size))
         folds = {}
-        for held, test_photos, test_measured, thresholds in fc.fold_fits(photos, measured):
+        for held, test_photos, test_measured, thresholds in fc.fold_fits(photos, measured, args.workers):
             folds[held] = ask_fold(test_photos, test_measured, thresholds)
             print(f"held out {held}: {len(folds[held])} answers", flush=True)
         report = summarize([r for f in folds.values() for r in f], folds)

@@ -160,7 +160,7 @@ def test_discount_is_fitted_per_mode_on_its_own_measures_and_moves_smoothly():
     ps = [sv.discount_probability(th["fr"]["j2k"], {**base, "fr_blur_explained": e}) for e in np.linspace(0.0, 0.99, 100)]
     assert np.all(np.diff(ps) < 0) and ps[0] > 0.9 and ps[-1] < 0.1 and max(np.abs(np.diff(ps))) < 0.15, ps
     # A fit without one side (a few types only) leaves the level undiscounted instead of failing
-    assert sv.fit_discount(j2k, j2k.fr_discount, [({}, "jpeg2000", 3), ({}, None, 0)]) is None
+    assert sv.fit_discount(j2k, j2k.fr_discount, sv.FittingSamples([({}, "jpeg2000", 3), ({}, None, 0)]), "nr") is None
 
 
 def test_is_it_blurry_ignores_pixelation(rocket):

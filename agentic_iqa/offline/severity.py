@@ -450,49 +450,95 @@ def fit_detector(features: np.ndarray, target: np.ndarray, weight: np.ndarray, r
     return out
 
 
-def fit_all(samples: Sequence[tuple[dict, Optional[str], int]], ridge: float = RIDGE) -> dict:
+class FittingSamples:
+    """Fitting samples (statistics, type or None for a clean reference, level) with their feature values computed
+    once per mode and feature, however many fits use them: ``fit_with_clean_offsets`` fits every detector again
+    for each nested fold, on subsets of the same samples (``subset``). NR values come from NR statistics only
+    (gates look for comparison statistics to tell the modes apart); FR ones from the samples that have them."""
+
+    def __init__(self, samples: Sequence[tuple[dict, Optional[str], int]]):
+        self.samples = list(samples)
+        self.types = [t for _, t, _ in self.samples]
+        self.levels = np.array([lv for _, _, lv in self.samples], dtype=float)
+        self.stats = {"nr": [_nr_only(s) for s, _, _ in self.samples],
+                      "fr": [s if "fr_fine_gain" in s else None for s, _, _ in self.samples]}
+        self.modes = {"nr": np.ones(len(self.samples), bool),
+                      "fr": np.array([s is not None for s in self.stats["fr"]], dtype=bool)}
+        self._columns: dict = {}
+        self._gates: dict = {}
+
+    def column(self, mode: str, feature: str, statistic: bool = False) -> np.ndarray:
+        """``feature_value`` of every sample, or with ``statistic`` the statistic of that name (NaN where the mode
+        has no statistics)."""
+        key = (mode, feature, statistic)
+        if key not in self._columns:
+            value = (lambda k, st_: float(st_[k])) if statistic else feature_value
+            self._columns[key] = np.array([np.nan if st_ is None else value(feature, st_) for st_ in self.stats[mode]])
+        return self._columns[key]
+
+    def matrix(self, mode: str, features: Sequence[str], rows: np.ndarray) -> np.ndarray:
+        return np.column_stack([self.column(mode, f)[rows] for f in features]).astype(float)
+
+    def fitted_by(self, det: Detector, mode: str) -> np.ndarray:
+        """Which samples the detector's fit uses: all but those its gate rules out (unless ``fit_gated``)."""
+        key = (det.name, mode)
+        if key not in self._gates:
+            self._gates[key] = np.array([st_ is not None and (det.gate is None or det.fit_gated or det.gate(st_) is None)
+                                         for st_ in self.stats[mode]], dtype=bool)
+        return self._gates[key]
+
+    def of_types(self, types: Iterable[str]) -> np.ndarray:
+        wanted = set(types)
+        return np.array([t in wanted for t in self.types], dtype=bool)
+
+
+def fit_all(samples: Sequence[tuple[dict, Optional[str], int]] | FittingSamples, ridge: float = RIDGE,
+            subset: Optional[np.ndarray] = None) -> dict:
     """Fit every detector in both modes. ``samples``: (statistics, type or None for a clean reference,
-    level). Each detector's positives are its own types at their level; everything else (clean images
-    and all other types) has level 0. Positives and negatives get equal total weight, so the few
-    positives are not drowned by the many negatives."""
-    by_mode = {
-        # NR fits must not see comparison statistics (gates look for them to tell the modes apart).
-        "nr": [({k: v for k, v in s.items() if not k.startswith("fr_")}, t, lv) for s, t, lv in samples],
-        "fr": [smp for smp in samples if "fr_fine_gain" in smp[0]],
-    }
+    level), or a ``FittingSamples`` of them with ``subset`` (a boolean mask) choosing the ones to fit on. Each
+    detector's positives are its own types at their level; everything else (clean images and all other types)
+    has level 0. Positives and negatives get equal total weight, so the few positives are not drowned by the
+    many negatives."""
+    table = samples if isinstance(samples, FittingSamples) else FittingSamples(samples)
+    keep = np.ones(len(table.samples), bool) if subset is None else np.asarray(subset, dtype=bool)
+    clean = np.array([t is None for t in table.types], dtype=bool)
     out: dict = {"nr": {}, "fr": {}}
     for det in DETECTORS:
-        for mode, mode_samples in by_mode.items():
-            rows = [s for s in mode_samples if det.gate is None or det.fit_gated or det.gate(s[0]) is None]
+        own = table.of_types(det.types)
+        for mode in ("nr", "fr"):
+            rows = np.flatnonzero(keep & table.fitted_by(det, mode))
             names = det.nr if mode == "nr" else det.fr
-            x = np.array([[feature_value(f, s[0]) for f in names] for s in rows], dtype=float)
-            pos = np.array([s[1] in det.types for s in rows])
-            y = np.where(pos, [s[2] for s in rows], 0).astype(float)
+            x = table.matrix(mode, names, rows)
+            pos = own[rows]
+            y = np.where(pos, table.levels[rows], 0).astype(float)
             w = np.where(pos, 0.5 / max(pos.sum(), 1), 0.5 / max((~pos).sum(), 1))
             fit = fit_detector(x, y, w, ridge)
             fit["features"] = list(names)
             to_discount = det.fr_discount if mode == "fr" else det.nr_discount
-            discount = fit_discount(det, to_discount, mode_samples) if to_discount else None
+            discount = fit_discount(det, to_discount, table, mode, keep & table.modes[mode]) if to_discount else None
             if discount is not None:
                 fit["discount"] = discount
-            fit["clean"] = _clean_range(det, mode, rows)
-            fit["by_level"] = _primary_by_level(det, mode, rows)
+            primary = table.column(mode, det.primary if mode == "nr" else det.primary_fr, statistic=True)[rows]
+            fit["clean"] = _clean_range(primary[clean[rows]])
+            fit["by_level"] = _primary_by_level(primary[pos], table.levels[rows][pos])
             out[mode][det.name] = fit
     return out
 
 
-def fit_discount(det: Detector, discount: Discount, samples: Sequence[tuple[dict, Optional[str], int]],
-                 l2: Optional[float] = None) -> Optional[dict]:
+def fit_discount(det: Detector, discount: Discount, table: FittingSamples, mode: str,
+                 keep: Optional[np.ndarray] = None, l2: Optional[float] = None) -> Optional[dict]:
     """The logistic regression of ``Discount`` (own types against confusers, every level, classes weighted
-    equally; the category model's fixed L2, not tuned). None when the samples lack either side (a fit on a
-    few types only): the detector then keeps its level undiscounted."""
-    rows = [(s, t in det.types) for s, t, _ in samples if t in det.types or t in discount.confusers]
-    if not any(own for _, own in rows) or all(own for _, own in rows):
+    equally; the category model's fixed L2, not tuned) on the samples of ``table`` that ``keep`` marks (default:
+    all the mode has). None when they lack either side (a fit on a few types only): the detector then keeps its
+    level undiscounted."""
+    keep = table.modes[mode] if keep is None else keep
+    own = table.of_types(det.types)
+    rows = np.flatnonzero(keep & (own | table.of_types(discount.confusers)))
+    if not own[rows].any() or own[rows].all():
         return None
-    x = np.array([[feature_value(f, s) for f in discount.features] for s, _ in rows], dtype=float)
+    x = table.matrix(mode, discount.features, rows)
     mean, std = _mean_std(x)
-    coef = _softmax_regression((x - mean) / std, np.array([int(own) for _, own in rows]), 2,
-                               CATEGORY_L2 if l2 is None else l2)
+    coef = _softmax_regression((x - mean) / std, own[rows].astype(int), 2, CATEGORY_L2 if l2 is None else l2)
     # Two classes: only the difference of their logits matters.
     return {"features": list(discount.features), "confused_with": discount.confused_with,
             "mean": mean.tolist(), "std": std.tolist(),
@@ -527,11 +573,12 @@ def fit_with_clean_offsets(samples: Sequence[tuple[dict, Optional[str], int]], s
     (rescaled so that level 5 stays 5). Ranking within a detector is unchanged. Each NR detector also
     carries ``pos_ramp`` (``_detector_level``; None leaves it out). The offsets are measured on the shrunk
     map, which the ramp leaves unchanged below its lower end."""
-    fitted = fit_all(samples, ridge)
+    table = FittingSamples(samples)
+    fitted = fit_all(table, ridge)
     names = sorted(set(sources))
     clean_levels: dict = {m: {d.name: [] for d in DETECTORS} for m in ("nr", "fr")}
     for held in names if len(names) > 1 else []:
-        inner = fit_all([smp for smp, src in zip(samples, sources) if src != held], ridge)
+        inner = fit_all(table, ridge, subset=np.array([src != held for src in sources], dtype=bool))
         for smp, src in zip(samples, sources):
             if src != held or smp[1] is not None:
                 continue
@@ -649,24 +696,17 @@ def category_probabilities(thresholds: dict, mode: str, raw: Sequence[float]) ->
     return dict(zip(model["categories"], (p / p.sum()).tolist()))
 
 
-def _primary_value(det: Detector, mode: str, s: dict) -> float:
-    return float(s[det.primary if mode == "nr" else det.primary_fr])
-
-
-def _clean_range(det: Detector, mode: str, samples) -> list[float]:
-    vals = [_primary_value(det, mode, s) for s, t, _ in samples if t is None]
-    if not vals:
+def _clean_range(primary_clean: np.ndarray) -> list[float]:
+    """The 10th, 50th and 90th percentiles of the primary statistic on clean photos (NaN without any)."""
+    if not len(primary_clean):
         return [float("nan")] * 3
-    return [float(v) for v in np.percentile(vals, [10, 50, 90])]
+    return [float(v) for v in np.percentile(primary_clean, [10, 50, 90])]
 
 
-def _primary_by_level(det: Detector, mode: str, samples) -> dict[str, float]:
-    out = {}
-    for level in range(1, 6):
-        vals = [_primary_value(det, mode, s) for s, t, l in samples if t in det.types and l == level]
-        if vals:
-            out[str(level)] = float(np.median(vals))
-    return out
+def _primary_by_level(primary_own: np.ndarray, levels: np.ndarray) -> dict[str, float]:
+    """The median of the primary statistic on the detector's own damage at each level."""
+    return {str(level): float(np.median(primary_own[levels == level])) for level in range(1, 6)
+            if (levels == level).any()}
 
 
 # ------------------------------------------------------------------------------------ applying
