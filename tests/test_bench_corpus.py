@@ -221,16 +221,18 @@ def test_ubuntucinnamon_was_scored_once_and_is_a_fold_now():
     assert "so it became a fold" in m["about"].split("ubuntucinnamon (17 photographs")[1]
 
 
-def test_worksuite_is_the_blind_source():
+def test_worksuite_was_scored_once_and_waits_to_be_a_fold():
     """The Unsplash and Pexels photographs that languageseed/work_suite keeps for picking theme colours (pinned): 22
     photographs by 19 photographers, at most two each; Unsplash or Pexels License per file as its themes/images/
-    LICENSE.md states; blind (in no fold and no fit). Renderings, a composite, photos and photographers other sources
-    have, a sky-only Milky Way, a third photo of one photographer and the files the snapshot lacks are left out and
-    named; the hard clean photos were noted before any figure; no other source shares its folder."""
+    LICENSE.md states. Blind for one session, scored once with the shipped fit, so spent; its terms allow fitting, so it
+    becomes a fold at the next refit (until then blind and spent: in no fit). Renderings, a composite, photos and
+    photographers other sources have, a sky-only Milky Way, a third photo of one photographer and the files the snapshot
+    lacks are left out and named; the hard clean photos were noted before any figure; no other source shares its folder."""
     m = json.loads(fc.MANIFEST.read_text())
     blind = fc.corpus_sources(m, blind=True)
-    assert [name for name, src in blind.items() if fc.blind_status(src) == "blind"] == ["worksuite"]
     ws = blind["worksuite"]
+    assert fc.blind_status(ws) == "spent" and "Scored once" in ws["spent"]
+    assert "becomes a leave-one-source-out source at the next refit" in ws["spent"]
     assert ws["registry"] == "GitHub" and ws["repo"] == "languageseed/work_suite" and ws["where"] == "themes/images/"
     assert ws["commit"] == "f97665bbbf2c71edb7188f409ead1cbf77588ba2"
     assert len(ws["files"]) == 22 and set(ws["sha256"]) == set(ws["files"])
@@ -248,6 +250,33 @@ def test_worksuite_is_the_blind_source():
     assert not {(s.get("repo"), s.get("where")) for s in fc.corpus_sources(m).values()} & {(ws["repo"], ws["where"])}
 
 
+def test_qubes_and_trident_are_the_blind_sources():
+    """QubesOS/qubes-artwork's Unsplash backgrounds and project-trident/trident-core's Pexels wallpapers (each pinned),
+    8 photographs each, at most two per photographer, licence per file as each repository's README states: the blind
+    sources, in no fold and no fit; neither shares a photographer with another source (worksuite kept the Qubes photos
+    it also has apart for this); the hard clean photos were noted before any figure."""
+    m = json.loads(fc.MANIFEST.read_text())
+    blind = fc.corpus_sources(m, blind=True)
+    assert [name for name, src in blind.items() if fc.blind_status(src) == "blind"] == ["qubes", "trident"]
+    qubes, trident = blind["qubes"], blind["trident"]
+    assert (qubes["repo"], qubes["commit"], qubes["where"]) == (
+        "QubesOS/qubes-artwork", "7ed30c8ce3af6a7330d2402dd874bab1fe863572", "backgrounds/")
+    assert (trident["repo"], trident["commit"], trident["where"]) == (
+        "project-trident/trident-core", "0a24d023a82769c085ecc83f9789e7d0be4278bc", "void-desktop-files/usr/share/wallpapers/")
+    assert all(f.endswith("-unsplash.jpg") for f in qubes["files"]) and "Unsplash License" in qubes["licence"]
+    assert all(f.split("/")[0] in ("trident-nature", "trident-space") for f in trident["files"])
+    assert "Pexels" in trident["licence"]
+    for src in (qubes, trident):
+        assert src["registry"] == "GitHub" and len(src["files"]) == 8 and set(src["sha256"]) == set(src["files"])
+        assert len({Path(f).stem for f in src["files"]}) == 8  # working copies are named by stem
+        assert "before any figure" in src["licence"] and "night" in src["licence"]
+        for f in src["files"]:
+            assert Path(f).stem.rsplit("-", 1)[0] in src["licence"] or Path(f).stem in src["licence"], f
+    # the two Qubes photos worksuite's folder also has were kept apart there for this source
+    assert "benjamin-voros-phIFdC6lA4E-unsplash.jpg" in qubes["files"] and "benjamin-voros-phIFdC6lA4E" in blind["worksuite"]["licence"]
+    assert "qubes (8 Unsplash photographs" in m["about"] and "trident (8 Pexels photographs" in m["about"]
+
+
 def test_kodak_is_a_fold_now():
     """Kodak24 was scored blind once and is spent: a leave-one-source-out source (budgie, scored blind once, too)."""
     m = json.loads(fc.MANIFEST.read_text())
@@ -256,7 +285,7 @@ def test_kodak_is_a_fold_now():
                              "elementary", "ubuntumate", "ubuntucinnamon"}
     # pyiqa's calibration photos are TID2013's references, i.e. Kodak photos again: not a source of their own
     assert not any("ResultsCalibra" in src["where"] for src in m["sources"].values())
-    assert set(blind) == {"cbsd68", "mcmaster", "urban100", "worksuite"}
+    assert set(blind) == {"cbsd68", "mcmaster", "urban100", "worksuite", "qubes", "trident"}
     assert m["sources"]["kodak"]["blind"] is False and len(training["kodak"]["files"]) == 24
 
 
@@ -376,16 +405,17 @@ def test_blind_report_scores_each_source_on_its_own_with_its_status(tmp_path, mo
         assert got["status"] == fc.blind_status(src) and got["n_photos"] == len(src["files"])
         assert all(got[lad]["n"] == len(src["files"]) for lad in fc.LADDERS)
     assert all(len(sources) == 1 for sources, _ in seen) and len(seen) == 2 * len(report["sources"])
-    assert [report["sources"][s]["status"] for s in ("cbsd68", "mcmaster", "urban100", "worksuite")] == [
-        "spent", "spent", "spent", "blind"]
+    assert [report["sources"][s]["status"] for s in ("cbsd68", "mcmaster", "urban100", "worksuite", "qubes", "trident")] == [
+        "spent", "spent", "spent", "spent", "blind", "blind"]
     # the command prints one line per source and ladder, labelled with its status, and writes the per-source report
     out = tmp_path / "blind.json"
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "cbsd68 (spent, 68 photos), alt ladder" in printed and "mcmaster (spent, 18 photos), fit ladder" in printed
     assert "urban100 (spent, 93 photos), fit ladder" in printed and "budgie" not in printed
-    assert "worksuite (blind, 22 photos), alt ladder" in printed and "ubuntucinnamon" not in printed
-    assert set(json.loads(out.read_text())["sources"]) == {"cbsd68", "mcmaster", "urban100", "worksuite"}
+    assert "worksuite (spent, 22 photos), alt ladder" in printed and "ubuntucinnamon" not in printed
+    assert "qubes (blind, 8 photos), alt ladder" in printed and "trident (blind, 8 photos), fit ladder" in printed
+    assert set(json.loads(out.read_text())["sources"]) == {"cbsd68", "mcmaster", "urban100", "worksuite", "qubes", "trident"}
     # --blind-source scores the named source alone (the spent ones are not measured again); a wrong name is refused
     seen.clear()
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out),
@@ -395,7 +425,7 @@ def test_blind_report_scores_each_source_on_its_own_with_its_status(tmp_path, mo
     capsys.readouterr()
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out),
                     "--blind-source", "ubuntucinnamon"]) == 2
-    assert ("not a blind source: ubuntucinnamon; the blind sources are cbsd68, mcmaster, urban100, worksuite"
+    assert ("not a blind source: ubuntucinnamon; the blind sources are cbsd68, mcmaster, urban100, worksuite, qubes, trident"
             in capsys.readouterr().err)
 
 
