@@ -243,9 +243,7 @@ def main(argv=None) -> int:
         for t in tools:
             target[t].append(oriented(t, raw[t]))
 
-    for held in sorted({p["source"] for p in photos}):
-        tr = [i for i, p in enumerate(photos) if p["source"] != held]
-        th = fc.fit([photos[i] for i in tr], [measured[i] for i in tr])
+    for held, _, _, th in fc.fold_fits(photos, measured, args.workers):
         for i in (i for i, p in enumerate(photos) if p["source"] == held):
             p, mrec, sc = photos[i], measured[i], scored[i]
             for m in modes:  # a clean photo against itself: FR statistics of identity, FR tools at their best

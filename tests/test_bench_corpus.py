@@ -333,6 +333,21 @@ def test_clean_offsets_are_measured_on_sources_left_out():
                for d in sv.DETECTORS)
     single = sv.fit_with_clean_offsets(samples, ["a"] * len(samples))  # one source: nothing held out
     assert all(single["nr"][d.name]["clean_offset"] == 0.0 for d in sv.DETECTORS)
+    # The nested folds fit on a subset of one FittingSamples (feature values computed once): the same fit as on
+    # that subset's own list.
+    keep = np.array([src != "b" for src in sources])
+    assert sv.fit_all(sv.FittingSamples(samples), subset=keep) == sv.fit_all([s for s, k in zip(samples, keep) if k])
+    # Folds fitted in worker processes are the folds fitted one by one.
+    photos = [{"source": src, "name": f"{src}{i}"} for i, src in enumerate(sources) if samples[i][1] is None]
+    measured = []
+    for ph in photos:
+        rows = [smp for smp, src in zip(samples, sources) if src == ph["source"]]
+        split = lambda st_: {"nr": {k: v for k, v in st_.items() if not k.startswith("fr_")},  # noqa: E731
+                             "fr": {k: v for k, v in st_.items() if k.startswith("fr_")}}
+        measured.append({"clean": split(rows[0][0]),
+                         "rows": [{"ladder": "fit", "type": t, "level": lv, **split(st_)} for st_, t, lv in rows[1:]]})
+    left_out = [("a",), ("b",), ("a", "c")]
+    assert fc.fits_without(photos, measured, left_out, workers=2) == fc.fits_without(photos, measured, left_out)
 
 
 # ------------------------------------------------------------------------------------ blind sources
