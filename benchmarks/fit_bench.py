@@ -12,14 +12,12 @@ samples are the named training sources' clean photos and their "fit"-ladder dama
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import pickle
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 from pathlib import Path
 
@@ -61,6 +59,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import fit_corpus as fc
+    from cli_bench import export_tree  # the baseline tree, as cli_bench exports it
 
     wanted = set(args.sources.split(","))
     photos = fc.build_corpus(fc.DEFAULT_CACHE, 512)
@@ -76,10 +75,8 @@ def main(argv=None) -> int:
         data = tmp / "samples.pkl"
         data.write_bytes(pickle.dumps((samples, sources)))
         before = tmp / "before"
-        before.mkdir()
-        archive = subprocess.run(["git", "archive", args.before], cwd=ROOT, capture_output=True, check=True).stdout
-        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-            tar.extractall(before, filter="data")
+        commit = export_tree(args.before, before)
+        print(f"before = {args.before} ({commit[:7]}), after = this tree")
         trees = {"before": before, "after": ROOT}
         times: dict = {"before": [], "after": []}
         order = [name for r in range(args.repeats) for name in (("before", "after") if r % 2 == 0 else ("after", "before"))]
