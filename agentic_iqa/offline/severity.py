@@ -394,19 +394,15 @@ STAT_NAMES = {
 # ------------------------------------------------------------------------------------ fitting
 
 def isotonic(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Pool-adjacent-violators: the non-decreasing step fit of y on x. Returns the blocks' weighted
-    mean x and y (strictly increasing y), which ``np.interp`` turns into a monotone map."""
+    """The non-decreasing step fit of y on x (scipy's pool-adjacent-violators). Returns the blocks' weighted
+    mean x and y, which ``np.interp`` turns into a monotone map."""
+    from scipy.optimize import isotonic_regression  # fitting only, like lsq_linear below
+
     order = np.argsort(x, kind="stable")
-    blocks: list[list[float]] = []  # [sum w*x, sum w*y, sum w]
-    for i in order:
-        blocks.append([w[i] * x[i], w[i] * y[i], w[i]])
-        while len(blocks) > 1 and blocks[-2][1] / blocks[-2][2] >= blocks[-1][1] / blocks[-1][2]:
-            last = blocks.pop()
-            for k in range(3):
-                blocks[-1][k] += last[k]
-    bx = np.array([b[0] / b[2] for b in blocks])
-    by = np.array([b[1] / b[2] for b in blocks])
-    return bx, by
+    xs, ys, ws = x[order], y[order], w[order]
+    starts = isotonic_regression(ys, weights=ws, increasing=True).blocks[:-1]
+    total = np.add.reduceat(ws, starts)
+    return np.add.reduceat(ws * xs, starts) / total, np.add.reduceat(ws * ys, starts) / total
 
 
 def feature_value(name: str, s: dict) -> float:
