@@ -45,7 +45,6 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import fit_corpus as fc  # noqa: E402
 import offline_vs_single_tools as ovst  # noqa: E402
-from agentic_iqa.bench import metrics  # noqa: E402
 from agentic_iqa.bench.manifest import NON_MONOTONE_TYPES  # noqa: E402
 from agentic_iqa.fusion import fused_scores  # noqa: E402
 from agentic_iqa.offline import analyst  # noqa: E402

@@ -462,6 +462,7 @@ class FittingSamples:
                       "fr": np.array([s is not None for s in self.stats["fr"]], dtype=bool)}
         self._columns: dict = {}
         self._gates: dict = {}
+        self._of_types: dict = {}
 
     def column(self, mode: str, feature: str, statistic: bool = False) -> np.ndarray:
         """``feature_value`` of every sample, or with ``statistic`` the statistic of that name (NaN where the mode
@@ -484,8 +485,11 @@ class FittingSamples:
         return self._gates[key]
 
     def of_types(self, types: Iterable[str]) -> np.ndarray:
-        wanted = set(types)
-        return np.array([t in wanted for t in self.types], dtype=bool)
+        """Which samples are of one of ``types`` (kept: every nested fold asks again)."""
+        wanted = frozenset(types)
+        if wanted not in self._of_types:
+            self._of_types[wanted] = np.array([t in wanted for t in self.types], dtype=bool)
+        return self._of_types[wanted]
 
 
 def fit_all(samples: Sequence[tuple[dict, Optional[str], int]] | FittingSamples, ridge: float = RIDGE,
