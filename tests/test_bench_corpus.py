@@ -221,18 +221,16 @@ def test_ubuntucinnamon_was_scored_once_and_is_a_fold_now():
     assert "so it became a fold" in m["about"].split("ubuntucinnamon (17 photographs")[1]
 
 
-def test_worksuite_was_scored_once_and_waits_to_be_a_fold():
+def test_worksuite_was_scored_once_and_is_a_fold_now():
     """The Unsplash and Pexels photographs that languageseed/work_suite keeps for picking theme colours (pinned): 22
     photographs by 19 photographers, at most two each; Unsplash or Pexels License per file as its themes/images/
-    LICENSE.md states. Blind for one session, scored once with the shipped fit, so spent; its terms allow fitting, so it
-    becomes a fold at the next refit (until then blind and spent: in no fit). Renderings, a composite, photos and
+    LICENSE.md states. Blind for one session, scored once with the shipped fit, so spent; its terms allow fitting, so at
+    the next refit it became a fold (the thirteenth). Renderings, a composite, photos and
     photographers other sources have, a sky-only Milky Way, a third photo of one photographer and the files the snapshot
     lacks are left out and named; the hard clean photos were noted before any figure; no other source shares its folder."""
     m = json.loads(fc.MANIFEST.read_text())
-    blind = fc.corpus_sources(m, blind=True)
-    ws = blind["worksuite"]
-    assert fc.blind_status(ws) == "spent" and "Scored once" in ws["spent"]
-    assert "becomes a leave-one-source-out source at the next refit" in ws["spent"]
+    ws = fc.corpus_sources(m)["worksuite"]
+    assert ws["blind"] is False and "Scored once" in ws["spent"] and "became a leave-one-source-out source" in ws["spent"]
     assert ws["registry"] == "GitHub" and ws["repo"] == "languageseed/work_suite" and ws["where"] == "themes/images/"
     assert ws["commit"] == "f97665bbbf2c71edb7188f409ead1cbf77588ba2"
     assert len(ws["files"]) == 22 and set(ws["sha256"]) == set(ws["files"])
@@ -247,7 +245,9 @@ def test_worksuite_was_scored_once_and_waits_to_be_a_fold():
     for left_out in ("ashim-d-silva-WeYamle9fDM", "nattu-adnan-Ai2TRdvI6gM", "maxim-berg-3E2xgrlNXq4", "mark-basarab"):
         assert not any(left_out in f for f in ws["files"]) and left_out in ws["licence"]
     assert "noted before any figure" in ws["licence"] and "worksuite (22 Unsplash and Pexels photographs" in m["about"]
-    assert not {(s.get("repo"), s.get("where")) for s in fc.corpus_sources(m).values()} & {(ws["repo"], ws["where"])}
+    assert "so it became a fold" in m["about"].split("worksuite (22 Unsplash and Pexels photographs")[1]
+    others = [s for name, s in m["sources"].items() if name != "worksuite"]
+    assert not {(s.get("repo"), s.get("where")) for s in others} & {(ws["repo"], ws["where"])}
 
 
 def test_qubes_and_trident_are_the_blind_sources():
@@ -273,7 +273,7 @@ def test_qubes_and_trident_are_the_blind_sources():
         for f in src["files"]:
             assert Path(f).stem.rsplit("-", 1)[0] in src["licence"] or Path(f).stem in src["licence"], f
     # the two Qubes photos worksuite's folder also has were kept apart there for this source
-    assert "benjamin-voros-phIFdC6lA4E-unsplash.jpg" in qubes["files"] and "benjamin-voros-phIFdC6lA4E" in blind["worksuite"]["licence"]
+    assert "benjamin-voros-phIFdC6lA4E-unsplash.jpg" in qubes["files"] and "benjamin-voros-phIFdC6lA4E" in m["sources"]["worksuite"]["licence"]
     assert "qubes (8 Unsplash photographs" in m["about"] and "trident (8 Pexels photographs" in m["about"]
 
 
@@ -282,10 +282,10 @@ def test_kodak_is_a_fold_now():
     m = json.loads(fc.MANIFEST.read_text())
     training, blind = fc.corpus_sources(m), fc.corpus_sources(m, blind=True)
     assert set(training) == {"skimage", "mate", "plasma", "lomiri", "kodak", "budgie", "deepin", "solus", "popos",
-                             "elementary", "ubuntumate", "ubuntucinnamon"}
+                             "elementary", "ubuntumate", "ubuntucinnamon", "worksuite"}
     # pyiqa's calibration photos are TID2013's references, i.e. Kodak photos again: not a source of their own
     assert not any("ResultsCalibra" in src["where"] for src in m["sources"].values())
-    assert set(blind) == {"cbsd68", "mcmaster", "urban100", "worksuite", "qubes", "trident"}
+    assert set(blind) == {"cbsd68", "mcmaster", "urban100", "qubes", "trident"}
     assert m["sources"]["kodak"]["blind"] is False and len(training["kodak"]["files"]) == 24
 
 
@@ -420,27 +420,27 @@ def test_blind_report_scores_each_source_on_its_own_with_its_status(tmp_path, mo
         assert got["status"] == fc.blind_status(src) and got["n_photos"] == len(src["files"])
         assert all(got[lad]["n"] == len(src["files"]) for lad in fc.LADDERS)
     assert all(len(sources) == 1 for sources, _ in seen) and len(seen) == 2 * len(report["sources"])
-    assert [report["sources"][s]["status"] for s in ("cbsd68", "mcmaster", "urban100", "worksuite", "qubes", "trident")] == [
-        "spent", "spent", "spent", "spent", "blind", "blind"]
+    assert [report["sources"][s]["status"] for s in ("cbsd68", "mcmaster", "urban100", "qubes", "trident")] == [
+        "spent", "spent", "spent", "blind", "blind"]
     # the command prints one line per source and ladder, labelled with its status, and writes the per-source report
     out = tmp_path / "blind.json"
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "cbsd68 (spent, 68 photos), alt ladder" in printed and "mcmaster (spent, 18 photos), fit ladder" in printed
     assert "urban100 (spent, 93 photos), fit ladder" in printed and "budgie" not in printed
-    assert "worksuite (spent, 22 photos), alt ladder" in printed and "ubuntucinnamon" not in printed
+    assert "worksuite" not in printed and "ubuntucinnamon" not in printed
     assert "qubes (blind, 8 photos), alt ladder" in printed and "trident (blind, 8 photos), fit ladder" in printed
-    assert set(json.loads(out.read_text())["sources"]) == {"cbsd68", "mcmaster", "urban100", "worksuite", "qubes", "trident"}
+    assert set(json.loads(out.read_text())["sources"]) == {"cbsd68", "mcmaster", "urban100", "qubes", "trident"}
     # --blind-source scores the named source alone (the spent ones are not measured again); a wrong name is refused
     seen.clear()
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out),
-                    "--blind-source", "worksuite"]) == 0
-    assert set(json.loads(out.read_text())["sources"]) == {"worksuite"}
-    assert {s for src, _ in seen for s in src} == {"worksuite"}
+                    "--blind-source", "qubes"]) == 0
+    assert set(json.loads(out.read_text())["sources"]) == {"qubes"}
+    assert {s for src, _ in seen for s in src} == {"qubes"}
     capsys.readouterr()
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out),
-                    "--blind-source", "ubuntucinnamon"]) == 2
-    assert ("not a blind source: ubuntucinnamon; the blind sources are cbsd68, mcmaster, urban100, worksuite, qubes, trident"
+                    "--blind-source", "worksuite"]) == 2
+    assert ("not a blind source: worksuite; the blind sources are cbsd68, mcmaster, urban100, qubes, trident"
             in capsys.readouterr().err)
 
 
@@ -532,8 +532,8 @@ def test_question_blind_report_asks_the_named_blind_source_only(tmp_path, monkey
     monkeypatch.setattr(qa, "summarize", lambda rows, folds: {"nr": {}, "fr": {}})
     out = tmp_path / "q.json"
     argv = ["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--json", str(out)]
-    assert qa.main([*argv, "--blind-source", "worksuite"]) == 0
-    assert asked == [{"worksuite"}] and set(json.loads(out.read_text())["sources"]) == {"worksuite"}
+    assert qa.main([*argv, "--blind-source", "trident"]) == 0
+    assert asked == [{"trident"}] and set(json.loads(out.read_text())["sources"]) == {"trident"}
     assert qa.main([*argv, "--blind-source", "kodak"]) == 2
     assert "not a blind source: kodak" in capsys.readouterr().err
 

@@ -33,7 +33,9 @@ def test_positives_only_map_is_not_pulled_down_by_undamaged_look_alikes():
     fit = _overlapping_fit()
     top_shrunk, top_pos = fit["knots_y"][-1], fit["pos_knots_y"][-1]
     assert top_shrunk < 4.0 < 4.7 < top_pos  # the negatives at high scores drag E[level | score] down
-    assert np.all(np.diff(fit["pos_knots_y"]) > 0) and np.all(np.diff(fit["pos_knots_x"]) > 0)
+    # A monotone map: knots rise in score, levels never fall (blocks fitted to one level may sit side by side).
+    assert np.all(np.diff(fit["pos_knots_y"]) >= 0) and np.all(np.diff(fit["pos_knots_x"]) > 0)
+    assert fit["pos_knots_y"][0] < fit["pos_knots_y"][-1]
 
 
 def test_level_keeps_the_shrunk_map_low_and_the_positives_only_map_high():

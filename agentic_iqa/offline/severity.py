@@ -395,7 +395,8 @@ STAT_NAMES = {
 
 def isotonic(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The non-decreasing step fit of y on x (scipy's pool-adjacent-violators). Returns the blocks' weighted
-    mean x and y, which ``np.interp`` turns into a monotone map."""
+    mean x and y, which ``np.interp`` turns into a monotone map. Adjacent blocks of equal mean stay apart, so the
+    map is flat across every sample fitted to that value, not only around their joint centre."""
     from scipy.optimize import isotonic_regression  # fitting only, like lsq_linear below
 
     order = np.argsort(x, kind="stable")
