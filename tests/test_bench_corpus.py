@@ -257,7 +257,7 @@ def test_qubes_and_trident_are_the_blind_sources():
     it also has apart for this); the hard clean photos were noted before any figure."""
     m = json.loads(fc.MANIFEST.read_text())
     blind = fc.corpus_sources(m, blind=True)
-    assert [name for name, src in blind.items() if fc.blind_status(src) == "blind"] == ["qubes", "trident"]
+    assert [name for name, src in blind.items() if fc.blind_status(src) == "blind"] == ["qubes", "trident", "endless"]
     qubes, trident = blind["qubes"], blind["trident"]
     assert (qubes["repo"], qubes["commit"], qubes["where"]) == (
         "QubesOS/qubes-artwork", "7ed30c8ce3af6a7330d2402dd874bab1fe863572", "backgrounds/")
@@ -277,6 +277,27 @@ def test_qubes_and_trident_are_the_blind_sources():
     assert "qubes (8 Unsplash photographs" in m["about"] and "trident (8 Pexels photographs" in m["about"]
 
 
+def test_endless_is_the_next_blind_source():
+    """Endless OS's default wallpapers (endlessm/eos-media at a pinned commit): 11 photographs by 11 photographers, the
+    licence of each file (CC0, CC BY 2.0, CC BY-SA 2.0 or the Unsplash License) as the repository's LICENSE.tsv states;
+    in no fold and no fit; no photographer, account or photo id shared with another source; the photos named by an id
+    only, the renderings, the space images, the no-derivatives and unclear licences, the black-and-white photos and
+    deepin's canyon are left out and named; the hard clean photos (and three strongly compressed files) were noted
+    before any figure."""
+    m = json.loads(fc.MANIFEST.read_text())
+    endless = fc.corpus_sources(m, blind=True)["endless"]
+    assert fc.blind_status(endless) == "blind" and endless["registry"] == "GitHub"
+    assert (endless["repo"], endless["commit"], endless["where"]) == (
+        "endlessm/eos-media", "3f42869c4d20fe1343a43974ec1d3f2a0685ba3a", "default_files/default_images/")
+    assert len(endless["files"]) == 11 and set(endless["sha256"]) == set(endless["files"])
+    assert len({Path(f).stem for f in endless["files"]}) == 11  # working copies are named by stem
+    for f in endless["files"]:
+        assert Path(f).stem in endless["licence"], f
+    assert "LICENSE.tsv" in endless["licence"] and "Expected before scoring" in endless["licence"]
+    for left_out in ("Canyon", "Colour_Tiles"):  # deepin's photo; a photographer ubuntumate has
+        assert not any(Path(f).stem == left_out for f in endless["files"]) and left_out in endless["licence"]
+
+
 def test_kodak_is_a_fold_now():
     """Kodak24 was scored blind once and is spent: a leave-one-source-out source (budgie, scored blind once, too)."""
     m = json.loads(fc.MANIFEST.read_text())
@@ -285,7 +306,7 @@ def test_kodak_is_a_fold_now():
                              "elementary", "ubuntumate", "ubuntucinnamon", "worksuite"}
     # pyiqa's calibration photos are TID2013's references, i.e. Kodak photos again: not a source of their own
     assert not any("ResultsCalibra" in src["where"] for src in m["sources"].values())
-    assert set(blind) == {"cbsd68", "mcmaster", "urban100", "qubes", "trident"}
+    assert set(blind) == {"cbsd68", "mcmaster", "urban100", "qubes", "trident", "endless"}
     assert m["sources"]["kodak"]["blind"] is False and len(training["kodak"]["files"]) == 24
 
 
@@ -420,8 +441,8 @@ def test_blind_report_scores_each_source_on_its_own_with_its_status(tmp_path, mo
         assert got["status"] == fc.blind_status(src) and got["n_photos"] == len(src["files"])
         assert all(got[lad]["n"] == len(src["files"]) for lad in fc.LADDERS)
     assert all(len(sources) == 1 for sources, _ in seen) and len(seen) == 2 * len(report["sources"])
-    assert [report["sources"][s]["status"] for s in ("cbsd68", "mcmaster", "urban100", "qubes", "trident")] == [
-        "spent", "spent", "spent", "blind", "blind"]
+    assert [report["sources"][s]["status"] for s in ("cbsd68", "mcmaster", "urban100", "qubes", "trident", "endless")] == [
+        "spent", "spent", "spent", "blind", "blind", "blind"]
     # the command prints one line per source and ladder, labelled with its status, and writes the per-source report
     out = tmp_path / "blind.json"
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out)]) == 0
@@ -430,7 +451,7 @@ def test_blind_report_scores_each_source_on_its_own_with_its_status(tmp_path, mo
     assert "urban100 (spent, 93 photos), fit ladder" in printed and "budgie" not in printed
     assert "worksuite" not in printed and "ubuntucinnamon" not in printed
     assert "qubes (blind, 8 photos), alt ladder" in printed and "trident (blind, 8 photos), fit ladder" in printed
-    assert set(json.loads(out.read_text())["sources"]) == {"cbsd68", "mcmaster", "urban100", "qubes", "trident"}
+    assert set(json.loads(out.read_text())["sources"]) == {"cbsd68", "mcmaster", "urban100", "qubes", "trident", "endless"}
     # --blind-source scores the named source alone (the spent ones are not measured again); a wrong name is refused
     seen.clear()
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out),
@@ -440,7 +461,7 @@ def test_blind_report_scores_each_source_on_its_own_with_its_status(tmp_path, mo
     capsys.readouterr()
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out),
                     "--blind-source", "worksuite"]) == 2
-    assert ("not a blind source: worksuite; the blind sources are cbsd68, mcmaster, urban100, qubes, trident"
+    assert ("not a blind source: worksuite; the blind sources are cbsd68, mcmaster, urban100, qubes, trident, endless"
             in capsys.readouterr().err)
 
 
