@@ -250,15 +250,20 @@ def test_worksuite_was_scored_once_and_is_a_fold_now():
     assert not {(s.get("repo"), s.get("where")) for s in others} & {(ws["repo"], ws["where"])}
 
 
-def test_qubes_and_trident_are_the_blind_sources():
+def test_qubes_and_trident_were_scored_once_and_wait_to_be_folds():
     """QubesOS/qubes-artwork's Unsplash backgrounds and project-trident/trident-core's Pexels wallpapers (each pinned),
     8 photographs each, at most two per photographer, licence per file as each repository's README states: the blind
-    sources, in no fold and no fit; neither shares a photographer with another source (worksuite kept the Qubes photos
-    it also has apart for this); the hard clean photos were noted before any figure."""
+    sources for one session, in no fold and no fit; neither shares a photographer with another source (worksuite kept the
+    Qubes photos it also has apart for this); the hard clean photos were noted before any figure. Scored once with the
+    13-source fit, so spent; their terms allow fitting, so they become folds at the next refit (until then blind and
+    spent: in no fit)."""
     m = json.loads(fc.MANIFEST.read_text())
     blind = fc.corpus_sources(m, blind=True)
-    assert [name for name, src in blind.items() if fc.blind_status(src) == "blind"] == ["qubes", "trident", "endless"]
+    assert [name for name, src in blind.items() if fc.blind_status(src) == "blind"] == ["endless"]
     qubes, trident = blind["qubes"], blind["trident"]
+    for src in (qubes, trident):
+        assert fc.blind_status(src) == "spent" and "Scored once" in src["spent"]
+        assert "becomes a leave-one-source-out source at the next refit" in src["spent"]
     assert (qubes["repo"], qubes["commit"], qubes["where"]) == (
         "QubesOS/qubes-artwork", "7ed30c8ce3af6a7330d2402dd874bab1fe863572", "backgrounds/")
     assert (trident["repo"], trident["commit"], trident["where"]) == (
@@ -442,7 +447,7 @@ def test_blind_report_scores_each_source_on_its_own_with_its_status(tmp_path, mo
         assert all(got[lad]["n"] == len(src["files"]) for lad in fc.LADDERS)
     assert all(len(sources) == 1 for sources, _ in seen) and len(seen) == 2 * len(report["sources"])
     assert [report["sources"][s]["status"] for s in ("cbsd68", "mcmaster", "urban100", "qubes", "trident", "endless")] == [
-        "spent", "spent", "spent", "blind", "blind", "blind"]
+        "spent", "spent", "spent", "spent", "spent", "blind"]
     # the command prints one line per source and ladder, labelled with its status, and writes the per-source report
     out = tmp_path / "blind.json"
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out)]) == 0
@@ -450,7 +455,8 @@ def test_blind_report_scores_each_source_on_its_own_with_its_status(tmp_path, mo
     assert "cbsd68 (spent, 68 photos), alt ladder" in printed and "mcmaster (spent, 18 photos), fit ladder" in printed
     assert "urban100 (spent, 93 photos), fit ladder" in printed and "budgie" not in printed
     assert "worksuite" not in printed and "ubuntucinnamon" not in printed
-    assert "qubes (blind, 8 photos), alt ladder" in printed and "trident (blind, 8 photos), fit ladder" in printed
+    assert "qubes (spent, 8 photos), alt ladder" in printed and "trident (spent, 8 photos), fit ladder" in printed
+    assert "endless (blind, 11 photos), alt ladder" in printed
     assert set(json.loads(out.read_text())["sources"]) == {"cbsd68", "mcmaster", "urban100", "qubes", "trident", "endless"}
     # --blind-source scores the named source alone (the spent ones are not measured again); a wrong name is refused
     seen.clear()
