@@ -282,27 +282,37 @@ def test_qubes_and_trident_were_scored_once_and_wait_to_be_folds():
     assert "qubes (8 Unsplash photographs" in m["about"] and "trident (8 Pexels photographs" in m["about"]
 
 
+def _assert_pinned_photo_entry(src, pinned, n_files, left_out=()):
+    """A manifest entry of photos at a pinned commit: its repo, commit and folder; `n_files` files, each with a SHA-256
+    and named in the licence text by its stem (working copies are named by stem, so stems are unique); the expectations
+    written before scoring; and each `left_out` stem absent from the files but named in the licence text."""
+    assert (src["repo"], src["commit"], src["where"]) == pinned
+    assert len(src["files"]) == n_files and set(src["sha256"]) == set(src["files"])
+    stems = [Path(f).stem for f in src["files"]]
+    assert len(set(stems)) == n_files
+    for stem in stems:
+        assert stem in src["licence"], stem
+    assert "Expected before scoring" in src["licence"]
+    for stem in left_out:
+        assert stem not in stems and stem in src["licence"], stem
+
+
 def test_endless_was_scored_once_and_waits_to_be_a_fold():
     """Endless OS's default wallpapers (endlessm/eos-media at a pinned commit): 11 photographs by 11 photographers, the
     licence of each file (CC0, CC BY 2.0, CC BY-SA 2.0 or the Unsplash License) as the repository's LICENSE.tsv states;
     the blind source after qubes and trident, scored once with the 13-source fit, so spent (its terms allow fitting:
-    a fold at the next refit, until then in no fit); no photographer, account or photo id shared with another source; the photos named by an id
-    only, the renderings, the space images, the no-derivatives and unclear licences, the black-and-white photos and
-    deepin's canyon are left out and named; the hard clean photos (and three strongly compressed files) were noted
+    a fold at the next refit, until then in no fit); no photographer, account or photo id shared with another source;
+    the photos named by an id only, the renderings, the space images, the no-derivatives and unclear licences, the
+    black-and-white photos and deepin's canyon are left out and named; the hard clean photos (and three strongly compressed files) were noted
     before any figure."""
     m = json.loads(fc.MANIFEST.read_text())
     endless = fc.corpus_sources(m, blind=True)["endless"]
     assert fc.blind_status(endless) == "spent" and endless["registry"] == "GitHub"
     assert "Scored once" in endless["spent"] and "becomes a leave-one-source-out source at the next refit" in endless["spent"]
-    assert (endless["repo"], endless["commit"], endless["where"]) == (
-        "endlessm/eos-media", "3f42869c4d20fe1343a43974ec1d3f2a0685ba3a", "default_files/default_images/")
-    assert len(endless["files"]) == 11 and set(endless["sha256"]) == set(endless["files"])
-    assert len({Path(f).stem for f in endless["files"]}) == 11  # working copies are named by stem
-    for f in endless["files"]:
-        assert Path(f).stem in endless["licence"], f
-    assert "LICENSE.tsv" in endless["licence"] and "Expected before scoring" in endless["licence"]
-    for left_out in ("Canyon", "Colour_Tiles"):  # deepin's photo; a photographer ubuntumate has
-        assert not any(Path(f).stem == left_out for f in endless["files"]) and left_out in endless["licence"]
+    _assert_pinned_photo_entry(endless, ("endlessm/eos-media", "3f42869c4d20fe1343a43974ec1d3f2a0685ba3a",
+                                         "default_files/default_images/"), 11,
+                               left_out=("Canyon", "Colour_Tiles"))  # deepin's photo; a photographer ubuntumate has
+    assert "LICENSE.tsv" in endless["licence"]
 
 
 def test_xubuntu_is_the_next_blind_source():
@@ -314,15 +324,11 @@ def test_xubuntu_is_the_next_blind_source():
     m = json.loads(fc.MANIFEST.read_text())
     xubuntu = fc.corpus_sources(m, blind=True)["xubuntu"]
     assert fc.blind_status(xubuntu) == "blind" and xubuntu["registry"] == "GitHub" and "spent" not in xubuntu
-    assert (xubuntu["repo"], xubuntu["commit"], xubuntu["where"]) == (
-        "Xubuntu/xubuntu-community-artwork", "d23e0971701bbacab102cbcd17ca8cd4ad471f04", "usr/share/xfce4/backdrops/")
-    assert len(xubuntu["files"]) == 26 and set(xubuntu["sha256"]) == set(xubuntu["files"])
-    assert len({Path(f).stem for f in xubuntu["files"]}) == 26  # working copies are named by stem
-    for f in xubuntu["files"]:
-        assert Path(f).stem in xubuntu["licence"], f
-    assert "debian/copyright" in xubuntu["licence"] and "Expected before scoring" in xubuntu["licence"]
-    for left_out in ("Untitled_7019_by_Mike_Sinko", "jeff_morgan__stub_stewart_iridium_flare__4k", "Dolomites_by_Felix_Hartlieb"):
-        assert not any(Path(f).stem == left_out for f in xubuntu["files"]) and left_out in xubuntu["licence"]
+    _assert_pinned_photo_entry(xubuntu, ("Xubuntu/xubuntu-community-artwork", "d23e0971701bbacab102cbcd17ca8cd4ad471f04",
+                                         "usr/share/xfce4/backdrops/"), 26,
+                               left_out=("Untitled_7019_by_Mike_Sinko", "jeff_morgan__stub_stewart_iridium_flare__4k",
+                                         "Dolomites_by_Felix_Hartlieb"))
+    assert "debian/copyright" in xubuntu["licence"]
     assert "xubuntu (26 photographs" in m["about"]
 
 
