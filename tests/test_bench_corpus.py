@@ -29,7 +29,7 @@ def test_manifest_names_sources_and_licences():
         if src["registry"] == "GitHub":  # a pinned commit (not a branch) and every file's SHA-256
             assert re.fullmatch(r"[0-9a-f]{40}", src["commit"]) and set(src["sha256"]) == set(src["files"]), name
             assert all(re.fullmatch(r"[0-9a-f]{64}", h) for h in src["sha256"].values()), name
-            assert src["repo"].count("/") == 1 and src["where"].endswith("/"), name
+            assert src["repo"].count("/") == 1 and (src["where"] == "" or src["where"].endswith("/")), name  # "": the root
         else:
             assert src["package"], name
     # no photo is in two sources, and no GitHub file is named twice (same bytes = same photo)
@@ -250,20 +250,19 @@ def test_worksuite_was_scored_once_and_is_a_fold_now():
     assert not {(s.get("repo"), s.get("where")) for s in others} & {(ws["repo"], ws["where"])}
 
 
-def test_qubes_and_trident_were_scored_once_and_wait_to_be_folds():
+def test_qubes_and_trident_were_scored_once_and_are_folds_now():
     """QubesOS/qubes-artwork's Unsplash backgrounds and project-trident/trident-core's Pexels wallpapers (each pinned),
     8 photographs each, at most two per photographer, licence per file as each repository's README states: the blind
     sources for one session, in no fold and no fit; neither shares a photographer with another source (worksuite kept the
     Qubes photos it also has apart for this); the hard clean photos were noted before any figure. Scored once with the
-    13-source fit, so spent; their terms allow fitting, so they become folds at the next refit (until then blind and
-    spent: in no fit)."""
+    13-source fit, so spent; their terms allow fitting, so they became folds at the next refit (session 23)."""
     m = json.loads(fc.MANIFEST.read_text())
-    blind = fc.corpus_sources(m, blind=True)
-    assert [name for name, src in blind.items() if fc.blind_status(src) == "blind"] == ["xubuntu"]
-    qubes, trident = blind["qubes"], blind["trident"]
+    assert [name for name, src in fc.corpus_sources(m, blind=True).items() if fc.blind_status(src) == "blind"] == ["xubuntu", "ubuntu"]
+    training = fc.corpus_sources(m)
+    qubes, trident = training["qubes"], training["trident"]
     for src in (qubes, trident):
-        assert fc.blind_status(src) == "spent" and "Scored once" in src["spent"]
-        assert "becomes a leave-one-source-out source at the next refit" in src["spent"]
+        assert src["blind"] is False and "Scored once" in src["spent"]
+        assert "it became a leave-one-source-out source" in src["spent"]
     assert (qubes["repo"], qubes["commit"], qubes["where"]) == (
         "QubesOS/qubes-artwork", "7ed30c8ce3af6a7330d2402dd874bab1fe863572", "backgrounds/")
     assert (trident["repo"], trident["commit"], trident["where"]) == (
@@ -280,6 +279,7 @@ def test_qubes_and_trident_were_scored_once_and_wait_to_be_folds():
     # the two Qubes photos worksuite's folder also has were kept apart there for this source
     assert "benjamin-voros-phIFdC6lA4E-unsplash.jpg" in qubes["files"] and "benjamin-voros-phIFdC6lA4E" in m["sources"]["worksuite"]["licence"]
     assert "qubes (8 Unsplash photographs" in m["about"] and "trident (8 Pexels photographs" in m["about"]
+    assert "so they became folds" in m["about"].split("trident (8 Pexels photographs")[1]
 
 
 def _assert_pinned_photo_entry(src, pinned, n_files, left_out=()):
@@ -297,18 +297,18 @@ def _assert_pinned_photo_entry(src, pinned, n_files, left_out=()):
         assert stem not in stems and stem in src["licence"], stem
 
 
-def test_endless_was_scored_once_and_waits_to_be_a_fold():
+def test_endless_was_scored_once_and_is_a_fold_now():
     """Endless OS's default wallpapers (endlessm/eos-media at a pinned commit): 11 photographs by 11 photographers, the
     licence of each file (CC0, CC BY 2.0, CC BY-SA 2.0 or the Unsplash License) as the repository's LICENSE.tsv states;
     the blind source after qubes and trident, scored once with the 13-source fit, so spent (its terms allow fitting:
-    a fold at the next refit, until then in no fit); no photographer, account or photo id shared with another source;
+    a fold since the next refit, session 23); no photographer, account or photo id shared with another source;
     the photos named by an id only, the renderings, the space images, the no-derivatives and unclear licences, the
     black-and-white photos and deepin's canyon are left out and named; the hard clean photos (and three strongly compressed files) were noted
     before any figure."""
     m = json.loads(fc.MANIFEST.read_text())
-    endless = fc.corpus_sources(m, blind=True)["endless"]
-    assert fc.blind_status(endless) == "spent" and endless["registry"] == "GitHub"
-    assert "Scored once" in endless["spent"] and "becomes a leave-one-source-out source at the next refit" in endless["spent"]
+    endless = fc.corpus_sources(m)["endless"]
+    assert endless["blind"] is False and endless["registry"] == "GitHub"
+    assert "Scored once" in endless["spent"] and "it became a leave-one-source-out source" in endless["spent"]
     _assert_pinned_photo_entry(endless, ("endlessm/eos-media", "3f42869c4d20fe1343a43974ec1d3f2a0685ba3a",
                                          "default_files/default_images/"), 11,
                                left_out=("Canyon", "Colour_Tiles"))  # deepin's photo; a photographer ubuntumate has
@@ -332,15 +332,34 @@ def test_xubuntu_is_the_next_blind_source():
     assert "xubuntu (26 photographs" in m["about"]
 
 
+def test_ubuntu_is_the_blind_source_after_xubuntu():
+    """Ubuntu's community wallpaper contest winners of 2019-2022 (the ubuntu-wallpapers source package, from its git
+    import at a pinned commit, files at the tree root): 15 photographs by 13 photographers, at most two each, all
+    CC BY-SA 4.0 as the package's debian/copyright states; in no fold and no fit; no photographer shared with another
+    source; xubuntu's photo that the contest also has, the renderings, night skies and the files absent from the
+    snapshot are left out and named; the hard clean photos were noted before any figure."""
+    m = json.loads(fc.MANIFEST.read_text())
+    ubuntu = fc.corpus_sources(m, blind=True)["ubuntu"]
+    assert fc.blind_status(ubuntu) == "blind" and ubuntu["registry"] == "GitHub" and "spent" not in ubuntu
+    _assert_pinned_photo_entry(ubuntu, ("twinysam/ubuntu-wallpapers", "443676508be148b0d4529a0bd79345f114e2cca4", ""), 15,
+                               left_out=("DSC2943_by_kcpru", "Milky_Way_by_Paulo_José_Oliveira_Amaro",
+                                         "Way_by_Kacper_Ślusarczyk"))
+    assert "debian/copyright" in ubuntu["licence"] and "CC-BY-SA-4.0" in ubuntu["licence"]
+    photographers = [Path(f).stem.rsplit("_by_", 1)[1] for f in ubuntu["files"]]
+    assert len(set(photographers)) == 13 and max(photographers.count(p) for p in photographers) == 2
+    assert "ubuntu (15 photographs" in m["about"]
+
+
 def test_kodak_is_a_fold_now():
-    """Kodak24 was scored blind once and is spent: a leave-one-source-out source (budgie, scored blind once, too)."""
+    """Kodak24 was scored blind once and is spent: a leave-one-source-out source (budgie and the later blind sources
+    whose terms allow fitting, too)."""
     m = json.loads(fc.MANIFEST.read_text())
     training, blind = fc.corpus_sources(m), fc.corpus_sources(m, blind=True)
     assert set(training) == {"skimage", "mate", "plasma", "lomiri", "kodak", "budgie", "deepin", "solus", "popos",
-                             "elementary", "ubuntumate", "ubuntucinnamon", "worksuite"}
+                             "elementary", "ubuntumate", "ubuntucinnamon", "worksuite", "qubes", "trident", "endless"}
     # pyiqa's calibration photos are TID2013's references, i.e. Kodak photos again: not a source of their own
     assert not any("ResultsCalibra" in src["where"] for src in m["sources"].values())
-    assert set(blind) == {"cbsd68", "mcmaster", "urban100", "qubes", "trident", "endless", "xubuntu"}
+    assert set(blind) == {"cbsd68", "mcmaster", "urban100", "xubuntu", "ubuntu"}
     assert m["sources"]["kodak"]["blind"] is False and len(training["kodak"]["files"]) == 24
 
 
@@ -475,8 +494,8 @@ def test_blind_report_scores_each_source_on_its_own_with_its_status(tmp_path, mo
         assert got["status"] == fc.blind_status(src) and got["n_photos"] == len(src["files"])
         assert all(got[lad]["n"] == len(src["files"]) for lad in fc.LADDERS)
     assert all(len(sources) == 1 for sources, _ in seen) and len(seen) == 2 * len(report["sources"])
-    assert [report["sources"][s]["status"] for s in ("cbsd68", "mcmaster", "urban100", "qubes", "trident", "endless",
-                                                     "xubuntu")] == ["spent"] * 6 + ["blind"]
+    assert [report["sources"][s]["status"] for s in ("cbsd68", "mcmaster", "urban100", "xubuntu", "ubuntu")] == (
+        ["spent"] * 3 + ["blind"] * 2)
     # the command prints one line per source and ladder, labelled with its status, and writes the per-source report
     out = tmp_path / "blind.json"
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out)]) == 0
@@ -484,21 +503,20 @@ def test_blind_report_scores_each_source_on_its_own_with_its_status(tmp_path, mo
     assert "cbsd68 (spent, 68 photos), alt ladder" in printed and "mcmaster (spent, 18 photos), fit ladder" in printed
     assert "urban100 (spent, 93 photos), fit ladder" in printed and "budgie" not in printed
     assert "worksuite" not in printed and "ubuntucinnamon" not in printed
-    assert "qubes (spent, 8 photos), alt ladder" in printed and "trident (spent, 8 photos), fit ladder" in printed
-    assert "endless (spent, 11 photos), alt ladder" in printed and "xubuntu (blind, 26 photos), fit ladder" in printed
-    assert set(json.loads(out.read_text())["sources"]) == {"cbsd68", "mcmaster", "urban100", "qubes", "trident", "endless",
-                                                           "xubuntu"}
+    assert "qubes" not in printed and "trident" not in printed and "endless" not in printed  # folds now
+    assert "xubuntu (blind, 26 photos), alt ladder" in printed and "xubuntu (blind, 26 photos), fit ladder" in printed
+    assert "ubuntu (blind, 15 photos), alt ladder" in printed
+    assert set(json.loads(out.read_text())["sources"]) == {"cbsd68", "mcmaster", "urban100", "xubuntu", "ubuntu"}
     # --blind-source scores the named source alone (the spent ones are not measured again); a wrong name is refused
     seen.clear()
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out),
-                    "--blind-source", "qubes"]) == 0
-    assert set(json.loads(out.read_text())["sources"]) == {"qubes"}
-    assert {s for src, _ in seen for s in src} == {"qubes"}
+                    "--blind-source", "xubuntu"]) == 0
+    assert set(json.loads(out.read_text())["sources"]) == {"xubuntu"}
+    assert {s for src, _ in seen for s in src} == {"xubuntu"}
     capsys.readouterr()
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out),
                     "--blind-source", "worksuite"]) == 2
-    assert ("not a blind source: worksuite; the blind sources are cbsd68, mcmaster, urban100, qubes, trident, endless, "
-            "xubuntu"
+    assert ("not a blind source: worksuite; the blind sources are cbsd68, mcmaster, urban100, xubuntu, ubuntu"
             in capsys.readouterr().err)
 
 
@@ -590,8 +608,8 @@ def test_question_blind_report_asks_the_named_blind_source_only(tmp_path, monkey
     monkeypatch.setattr(qa, "summarize", lambda rows, folds: {"nr": {}, "fr": {}})
     out = tmp_path / "q.json"
     argv = ["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--json", str(out)]
-    assert qa.main([*argv, "--blind-source", "trident"]) == 0
-    assert asked == [{"trident"}] and set(json.loads(out.read_text())["sources"]) == {"trident"}
+    assert qa.main([*argv, "--blind-source", "xubuntu"]) == 0
+    assert asked == [{"xubuntu"}] and set(json.loads(out.read_text())["sources"]) == {"xubuntu"}
     assert qa.main([*argv, "--blind-source", "kodak"]) == 2
     assert "not a blind source: kodak" in capsys.readouterr().err
 
