@@ -37,6 +37,13 @@ def test_manifest_names_sources_and_licences():
     assert len(set(github)) == len(github)
 
 
+def _assert_scored_blind_once_then_a_fold(src):
+    """A source whose terms allow fitting, once blind: scored once (its "spent" note says with what and what was looked
+    at since), then a leave-one-source-out source."""
+    assert src["blind"] is False and "Scored once" in src["spent"]
+    assert "it became a leave-one-source-out source" in src["spent"]
+
+
 def test_cbsd68_is_spent_and_stays_evaluation_only():
     """CBSD68 (68 colour BSDS300 photos) was scored blind once and looked at: its research-only terms keep it out of
     every fit, so it stays a blind-flagged (never fitted) source whose report is labelled spent."""
@@ -94,8 +101,8 @@ def test_deepin_was_scored_once_and_is_a_fold_now():
     its licence text."""
     m = json.loads(fc.MANIFEST.read_text())
     deepin = fc.corpus_sources(m)["deepin"]
-    assert deepin["blind"] is False and len(deepin["files"]) == 16
-    assert "Scored once" in deepin["spent"] and "became a leave-one-source-out source" in deepin["spent"]
+    _assert_scored_blind_once_then_a_fold(deepin)
+    assert len(deepin["files"]) == 16
     assert deepin["registry"] == "GitHub" and deepin["repo"] == "linuxdeepin/deepin-wallpapers"
     assert deepin["commit"] == "ac2fe33778aa16d332066227faaa6cc9baff6a1f" and deepin["where"] == "nonfree/unsplash.com/"
     assert deepin["licence"].startswith("Unsplash License") and "compile images from Unsplash" in deepin["licence"]
@@ -113,8 +120,7 @@ def test_solus_was_scored_once_and_is_a_fold_now():
     too large to check here are left out and named; the hard clean photos were noted before any figure."""
     m = json.loads(fc.MANIFEST.read_text())
     solus = fc.corpus_sources(m)["solus"]
-    assert solus["blind"] is False and "Scored once" in solus["spent"]
-    assert "became a leave-one-source-out source" in solus["spent"]
+    _assert_scored_blind_once_then_a_fold(solus)
     assert solus["registry"] == "GitHub" and solus["repo"] == "getsolus/artwork" and solus["where"] == "backgrounds/"
     assert solus["commit"] == "935b24ac299470d3aea8bddf8f4e3e969a9b1abd"
     assert len(solus["files"]) == 13 and "exhibición-freestyle-gp.jpg" in solus["files"]
@@ -136,8 +142,7 @@ def test_popos_was_scored_once_and_is_a_fold_now():
     are left out and named; the hard clean photos were noted before any figure."""
     m = json.loads(fc.MANIFEST.read_text())
     popos = fc.corpus_sources(m)["popos"]
-    assert popos["blind"] is False and "Scored once" in popos["spent"]
-    assert "became a leave-one-source-out source" in popos["spent"]
+    _assert_scored_blind_once_then_a_fold(popos)
     assert popos["registry"] == "GitHub" and popos["repo"] == "pop-os/wallpapers" and popos["where"] == "original/"
     assert popos["commit"] == "03a25a14a76eaf3825b980ab50aad6698c1c5a35"
     assert len(popos["files"]) == 10 and set(popos["sha256"]) == set(popos["files"])
@@ -159,7 +164,7 @@ def test_elementary_was_scored_once_and_is_a_fold_now():
     the hard clean photos were noted before any figure."""
     m = json.loads(fc.MANIFEST.read_text())
     el = fc.corpus_sources(m)["elementary"]
-    assert el["blind"] is False and "Scored once" in el["spent"] and "became a leave-one-source-out source" in el["spent"]
+    _assert_scored_blind_once_then_a_fold(el)
     assert el["registry"] == "GitHub" and el["repo"] == "elementary/wallpapers" and el["where"] == "backgrounds/"
     assert el["commit"] == "2ce760b00b1e140a372ac5887eaea8a9a2696877"
     assert len(el["files"]) == 9 and set(el["sha256"]) == set(el["files"])
@@ -183,7 +188,7 @@ def test_ubuntumate_was_scored_once_and_is_a_fold_now():
     are left out and named; the hard clean photos were noted before any figure."""
     m = json.loads(fc.MANIFEST.read_text())
     um = fc.corpus_sources(m)["ubuntumate"]
-    assert um["blind"] is False and "Scored once" in um["spent"] and "became a leave-one-source-out source" in um["spent"]
+    _assert_scored_blind_once_then_a_fold(um)
     assert um["registry"] == "GitHub" and um["repo"] == "ubuntu-mate/ubuntu-mate-artwork"
     assert um["where"] == "usr/share/backgrounds/" and um["commit"] == "7d8984c302dfb328bbb7c67aada46277c4e5e7aa"
     assert len(um["files"]) == 12 and set(um["sha256"]) == set(um["files"])
@@ -206,7 +211,7 @@ def test_ubuntucinnamon_was_scored_once_and_is_a_fold_now():
     are left out and named; the hard clean photos were noted before any figure."""
     m = json.loads(fc.MANIFEST.read_text())
     uc = fc.corpus_sources(m)["ubuntucinnamon"]
-    assert uc["blind"] is False and "Scored once" in uc["spent"] and "became a leave-one-source-out source" in uc["spent"]
+    _assert_scored_blind_once_then_a_fold(uc)
     assert uc["registry"] == "GitHub" and uc["repo"] == "ubuntucinnamon/ubuntucinnamon-wallpapers"
     assert uc["where"] == "usr/share/backgrounds/ubuntucinnamon/"
     assert uc["commit"] == "53666004c504f2941ad2e2d1ee91ff8ea01b5824"
@@ -230,7 +235,7 @@ def test_worksuite_was_scored_once_and_is_a_fold_now():
     lacks are left out and named; the hard clean photos were noted before any figure; no other source shares its folder."""
     m = json.loads(fc.MANIFEST.read_text())
     ws = fc.corpus_sources(m)["worksuite"]
-    assert ws["blind"] is False and "Scored once" in ws["spent"] and "became a leave-one-source-out source" in ws["spent"]
+    _assert_scored_blind_once_then_a_fold(ws)
     assert ws["registry"] == "GitHub" and ws["repo"] == "languageseed/work_suite" and ws["where"] == "themes/images/"
     assert ws["commit"] == "f97665bbbf2c71edb7188f409ead1cbf77588ba2"
     assert len(ws["files"]) == 22 and set(ws["sha256"]) == set(ws["files"])
@@ -261,8 +266,7 @@ def test_qubes_and_trident_were_scored_once_and_are_folds_now():
     training = fc.corpus_sources(m)
     qubes, trident = training["qubes"], training["trident"]
     for src in (qubes, trident):
-        assert src["blind"] is False and "Scored once" in src["spent"]
-        assert "it became a leave-one-source-out source" in src["spent"]
+        _assert_scored_blind_once_then_a_fold(src)
     assert (qubes["repo"], qubes["commit"], qubes["where"]) == (
         "QubesOS/qubes-artwork", "7ed30c8ce3af6a7330d2402dd874bab1fe863572", "backgrounds/")
     assert (trident["repo"], trident["commit"], trident["where"]) == (
@@ -307,8 +311,8 @@ def test_endless_was_scored_once_and_is_a_fold_now():
     before any figure."""
     m = json.loads(fc.MANIFEST.read_text())
     endless = fc.corpus_sources(m)["endless"]
-    assert endless["blind"] is False and endless["registry"] == "GitHub"
-    assert "Scored once" in endless["spent"] and "it became a leave-one-source-out source" in endless["spent"]
+    _assert_scored_blind_once_then_a_fold(endless)
+    assert endless["registry"] == "GitHub"
     _assert_pinned_photo_entry(endless, ("endlessm/eos-media", "3f42869c4d20fe1343a43974ec1d3f2a0685ba3a",
                                          "default_files/default_images/"), 11,
                                left_out=("Canyon", "Colour_Tiles"))  # deepin's photo; a photographer ubuntumate has
