@@ -319,23 +319,23 @@ def test_endless_was_scored_once_and_is_a_fold_now():
     assert "LICENSE.tsv" in endless["licence"]
 
 
-def test_xubuntu_was_scored_once_and_waits_to_be_a_fold():
+def test_xubuntu_was_scored_once_and_is_a_fold_now():
     """The Xubuntu community wallpapers (Xubuntu/xubuntu-community-artwork at a pinned commit, the contest winners of
     2014-2022): 26 photographs by 24 photographers, at most two per photographer, the licence of each file (CC0, CC BY
     3.0, CC BY 4.0 or CC BY-SA 3.0) as the repository's debian/copyright states; scored once with the 16-source fit,
-    so spent (its terms allow fitting: a fold at the next refit, until then in no fit); no photographer
-    shared with another source; the third photo of one photographer, a star-sky photo and the files absent from the
-    snapshot are left out and named; the hard clean photos were noted before any figure."""
+    so spent (its terms allow fitting: a fold since the next refit, session 24); no photographer shared with another
+    source; the third photo of one photographer, a star-sky photo and the files absent from the snapshot are left out
+    and named; the hard clean photos were noted before any figure."""
     m = json.loads(fc.MANIFEST.read_text())
-    xubuntu = fc.corpus_sources(m, blind=True)["xubuntu"]
-    assert fc.blind_status(xubuntu) == "spent" and xubuntu["registry"] == "GitHub"
-    assert "Scored once" in xubuntu["spent"] and "becomes a leave-one-source-out source at the next refit" in xubuntu["spent"]
+    xubuntu = fc.corpus_sources(m)["xubuntu"]
+    _assert_scored_blind_once_then_a_fold(xubuntu)
+    assert xubuntu["registry"] == "GitHub" and "with the shipped 16-source fit" in xubuntu["spent"]
     _assert_pinned_photo_entry(xubuntu, ("Xubuntu/xubuntu-community-artwork", "d23e0971701bbacab102cbcd17ca8cd4ad471f04",
                                          "usr/share/xfce4/backdrops/"), 26,
                                left_out=("Untitled_7019_by_Mike_Sinko", "jeff_morgan__stub_stewart_iridium_flare__4k",
                                          "Dolomites_by_Felix_Hartlieb"))
     assert "debian/copyright" in xubuntu["licence"]
-    assert "xubuntu (26 photographs" in m["about"]
+    assert "so it became a fold" in m["about"].split("xubuntu (26 photographs")[1].split("ubuntu (15 photographs")[0]
 
 
 def test_ubuntu_is_the_blind_source_after_xubuntu():
@@ -362,10 +362,11 @@ def test_kodak_is_a_fold_now():
     m = json.loads(fc.MANIFEST.read_text())
     training, blind = fc.corpus_sources(m), fc.corpus_sources(m, blind=True)
     assert set(training) == {"skimage", "mate", "plasma", "lomiri", "kodak", "budgie", "deepin", "solus", "popos",
-                             "elementary", "ubuntumate", "ubuntucinnamon", "worksuite", "qubes", "trident", "endless"}
+                             "elementary", "ubuntumate", "ubuntucinnamon", "worksuite", "qubes", "trident", "endless",
+                             "xubuntu"}
     # pyiqa's calibration photos are TID2013's references, i.e. Kodak photos again: not a source of their own
     assert not any("ResultsCalibra" in src["where"] for src in m["sources"].values())
-    assert set(blind) == {"cbsd68", "mcmaster", "urban100", "xubuntu", "ubuntu"}
+    assert set(blind) == {"cbsd68", "mcmaster", "urban100", "ubuntu"}
     assert m["sources"]["kodak"]["blind"] is False and len(training["kodak"]["files"]) == 24
 
 
@@ -500,8 +501,8 @@ def test_blind_report_scores_each_source_on_its_own_with_its_status(tmp_path, mo
         assert got["status"] == fc.blind_status(src) and got["n_photos"] == len(src["files"])
         assert all(got[lad]["n"] == len(src["files"]) for lad in fc.LADDERS)
     assert all(len(sources) == 1 for sources, _ in seen) and len(seen) == 2 * len(report["sources"])
-    assert [report["sources"][s]["status"] for s in ("cbsd68", "mcmaster", "urban100", "xubuntu", "ubuntu")] == (
-        ["spent"] * 4 + ["blind"])
+    assert [report["sources"][s]["status"] for s in ("cbsd68", "mcmaster", "urban100", "ubuntu")] == (
+        ["spent"] * 3 + ["blind"])
     # the command prints one line per source and ladder, labelled with its status, and writes the per-source report
     out = tmp_path / "blind.json"
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out)]) == 0
@@ -510,19 +511,19 @@ def test_blind_report_scores_each_source_on_its_own_with_its_status(tmp_path, mo
     assert "urban100 (spent, 93 photos), fit ladder" in printed and "budgie" not in printed
     assert "worksuite" not in printed and "ubuntucinnamon" not in printed
     assert "qubes" not in printed and "trident" not in printed and "endless" not in printed  # folds now
-    assert "xubuntu (spent, 26 photos), alt ladder" in printed and "ubuntu (blind, 15 photos), fit ladder" in printed
+    assert "xubuntu" not in printed and "ubuntu (blind, 15 photos), fit ladder" in printed
     assert "ubuntu (blind, 15 photos), alt ladder" in printed
-    assert set(json.loads(out.read_text())["sources"]) == {"cbsd68", "mcmaster", "urban100", "xubuntu", "ubuntu"}
+    assert set(json.loads(out.read_text())["sources"]) == {"cbsd68", "mcmaster", "urban100", "ubuntu"}
     # --blind-source scores the named source alone (the spent ones are not measured again); a wrong name is refused
     seen.clear()
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out),
-                    "--blind-source", "xubuntu"]) == 0
-    assert set(json.loads(out.read_text())["sources"]) == {"xubuntu"}
-    assert {s for src, _ in seen for s in src} == {"xubuntu"}
+                    "--blind-source", "ubuntu"]) == 0
+    assert set(json.loads(out.read_text())["sources"]) == {"ubuntu"}
+    assert {s for src, _ in seen for s in src} == {"ubuntu"}
     capsys.readouterr()
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out),
                     "--blind-source", "worksuite"]) == 2
-    assert ("not a blind source: worksuite; the blind sources are cbsd68, mcmaster, urban100, xubuntu, ubuntu"
+    assert ("not a blind source: worksuite; the blind sources are cbsd68, mcmaster, urban100, ubuntu"
             in capsys.readouterr().err)
 
 
@@ -614,8 +615,8 @@ def test_question_blind_report_asks_the_named_blind_source_only(tmp_path, monkey
     monkeypatch.setattr(qa, "summarize", lambda rows, folds: {"nr": {}, "fr": {}})
     out = tmp_path / "q.json"
     argv = ["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--json", str(out)]
-    assert qa.main([*argv, "--blind-source", "xubuntu"]) == 0
-    assert asked == [{"xubuntu"}] and set(json.loads(out.read_text())["sources"]) == {"xubuntu"}
+    assert qa.main([*argv, "--blind-source", "ubuntu"]) == 0
+    assert asked == [{"ubuntu"}] and set(json.loads(out.read_text())["sources"]) == {"ubuntu"}
     assert qa.main([*argv, "--blind-source", "kodak"]) == 2
     assert "not a blind source: kodak" in capsys.readouterr().err
 

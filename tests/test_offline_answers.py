@@ -181,7 +181,7 @@ def test_rocket_blurry_answer_matches_its_blur_detector(rocket):
 
 # ── explanations ─────────────────────────────────────────────────────────────────────────────────
 
-_QUOTE = re.compile(r"^(Slight|Moderate|Severe|Extreme) [^:;]+: .* ([-\d.e+]+); clean training photos measure ([-\d.e+]+)-([-\d.e+]+)")
+_QUOTE = re.compile(r"^(Slight|Moderate|Severe|Extreme) [^:;]+: .* ([-\d.e+]+); clean training photos measure ([-\d.e+]+) to ([-\d.e+]+)")
 
 
 def test_an_explanation_never_calls_a_clean_value_a_loss(astronaut):
@@ -195,6 +195,9 @@ def test_an_explanation_never_calls_a_clean_value_a_loss(astronaut):
             if m:
                 value, lo, hi = (float(g) for g in m.groups()[1:])
                 assert not lo <= value <= hi, a.explanation
+                # three significant digits at both ends ("0.185-0.44" read as if the upper end were cruder)
+                assert all(len(g.lstrip("-").replace(".", "").lstrip("0")) >= 3 or "e" in g or float(g) == 0
+                           for g in m.groups()[1:]), a.explanation
                 checked += 1
     assert checked > 0
     # A call the quoted statistic does not carry itself is worded as such.
@@ -316,13 +319,13 @@ def test_an_explanation_quotes_the_benchmark_levels_its_value_lies_between():
     fit = sv.load_thresholds()["fr"]["blur"]
     l2, l3 = fit["by_level"]["2"], fit["by_level"]["3"]
     text = sv._explain(det, "fr", fit, {"fr_fine_gain": (l2 + l3) / 2}, 2.0)
-    assert f"between level-2 (~{l2:.3g}) and level-3 (~{l3:.3g}) benchmark damage." in text, text
+    assert f"between level-2 (~{sv._num(l2)}) and level-3 (~{sv._num(l3)}) benchmark damage." in text, text
     assert "though" not in text
     text = sv._explain(det, "fr", fit, {"fr_fine_gain": (l3 + fit["by_level"]["4"]) / 2}, 2.0)
     assert text.startswith("Slight blur") and text.endswith("though its other measures put it at level 2."), text
     beyond = fit["by_level"]["5"] * 1.5
     text = sv._explain(det, "fr", fit, {"fr_fine_gain": beyond}, 4.8)
-    assert text.endswith(f"level-5 benchmark damage measured ~{fit['by_level']['5']:.3g}."), text
+    assert text.endswith(f"level-5 benchmark damage measured ~{sv._num(fit['by_level']['5'])}."), text
 
 
 def test_a_shared_reference_is_measured_once_per_file_version(tmp_path, astronaut, monkeypatch):

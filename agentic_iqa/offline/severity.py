@@ -807,6 +807,13 @@ def _confidence(level: float, rmse: float) -> float:
     return round(float(np.clip((1 - rmse / 5) * (0.55 + 0.45 * min(margin / 0.5, 1.0)), 0.05, 0.95)), 3)
 
 
+def _num(x: float) -> str:
+    """Three significant digits with trailing zeros kept, so the two ends of a range read alike ("0.185 to
+    0.440", not "0.185-0.44")."""
+    text = f"{x:#.3g}"
+    return text if "e" in text else text.rstrip(".")
+
+
 def _benchmark_comparison(value: float, by_level: dict[str, float], nearest: int) -> str:
     """Where the quoted value sits among the typical values of benchmark damage per level: between two
     levels' values when it is, else the closest level's. Quoting only the verdict's level read weaker than
@@ -816,11 +823,11 @@ def _benchmark_comparison(value: float, by_level: dict[str, float], nearest: int
     direction = np.sign(levels[-1][1] - levels[0][1])
     for (k, a), (k2, b) in zip(levels, levels[1:]):
         if (b - a) * direction > 0 and min(a, b) < value < max(a, b):
-            text, span = f"; between level-{k} (~{a:.3g}) and level-{k2} (~{b:.3g}) benchmark damage", (k, k2)
+            text, span = f"; between level-{k} (~{_num(a)}) and level-{k2} (~{_num(b)}) benchmark damage", (k, k2)
             break
     else:
         k, v = min(levels, key=lambda kv: (abs(kv[1] - value), abs(kv[0] - nearest)))
-        text, span = f"; level-{k} benchmark damage measured ~{v:.3g}", (k, k)
+        text, span = f"; level-{k} benchmark damage measured ~{_num(v)}", (k, k)
     if not span[0] <= nearest <= span[1]:
         # The verdict weighs all the detector's measures; say so where this one alone reads otherwise.
         text += f", though its other measures put it at level {nearest}"
@@ -836,32 +843,32 @@ def _explain(det: Detector, mode: str, fit: dict, s: dict, level: float) -> str:
     lo, mid, hi = fit["clean"]
     verdict = severity_of(level)
     if mode == "fr":
-        basis = f"{name} {value:.3g} (an unchanged copy gives {mid:.3g})"
+        basis = f"{name} {_num(value)} (an unchanged copy gives {_num(mid)})"
     else:
-        basis = f"{name} {value:.3g}; clean training photos measure {lo:.3g}-{hi:.3g}"
+        basis = f"{name} {_num(value)}; clean training photos measure {_num(lo)} to {_num(hi)}"
     if verdict == "none":
         if mode == "nr" and not lo <= value <= hi:
             side = "below" if value < lo else "above"
             worst = fit.get("by_level", {}).get("5")
             if worst is not None and (value - mid) * (worst - mid) < 0:
                 # Past the clean range on the side away from the damage ("outside" read like a warning).
-                return (f"No {det.label} measured: {name} {value:.3g}, {side} even what clean training photos "
-                        f"measure ({lo:.3g}-{hi:.3g}).")
-            return (f"No {det.label} judged from the combined measures; {name} {value:.3g} alone is {side} "
-                    f"what clean training photos measure ({lo:.3g}-{hi:.3g}).")
+                return (f"No {det.label} measured: {name} {_num(value)}, {side} even what clean training photos "
+                        f"measure ({_num(lo)} to {_num(hi)}).")
+            return (f"No {det.label} judged from the combined measures; {name} {_num(value)} alone is {side} "
+                    f"what clean training photos measure ({_num(lo)} to {_num(hi)}).")
         return f"No {det.label} measured: {basis}."
     if mode == "nr" and lo <= value <= hi:
         # The call rests on the detector's other measures; the quoted one is not itself damage.
-        return (f"{verdict.capitalize()} {det.label} suggested by the combined measures; {name} {value:.3g} "
-                f"is itself within what clean training photos measure ({lo:.3g}-{hi:.3g}).")
+        return (f"{verdict.capitalize()} {det.label} suggested by the combined measures; {name} {_num(value)} "
+                f"is itself within what clean training photos measure ({_num(lo)} to {_num(hi)}).")
     nearest = str(min(5, max(1, round(level))))
     typical = fit.get("by_level", {}).get(nearest)
     like = _benchmark_comparison(value, fit["by_level"], int(nearest)) if typical is not None else ""
     if mode == "fr" and typical is not None and (value - mid) * (typical - mid) <= 0:
         # The quoted measure moved away from the damage's direction (or not at all): the call rests on the
         # detector's other measures, so the quoted one must not be presented as the damage.
-        return (f"{verdict.capitalize()} {det.label} suggested by the combined measures; {name} {value:.3g} "
-                f"itself does not move the way this damage does (an unchanged copy gives {mid:.3g}{like}).")
+        return (f"{verdict.capitalize()} {det.label} suggested by the combined measures; {name} {_num(value)} "
+                f"itself does not move the way this damage does (an unchanged copy gives {_num(mid)}{like}).")
     return f"{verdict.capitalize()} {det.label}: {basis}{like}."
 
 
