@@ -262,7 +262,8 @@ def test_qubes_and_trident_were_scored_once_and_are_folds_now():
     Qubes photos it also has apart for this); the hard clean photos were noted before any figure. Scored once with the
     13-source fit, so spent; their terms allow fitting, so they became folds at the next refit (session 23)."""
     m = json.loads(fc.MANIFEST.read_text())
-    assert [name for name, src in fc.corpus_sources(m, blind=True).items() if fc.blind_status(src) == "blind"] == ["ubuntu"]
+    assert [name for name, src in fc.corpus_sources(m, blind=True).items() if fc.blind_status(src) == "blind"] == [
+        "fedora30", "fedora31"]
     training = fc.corpus_sources(m)
     qubes, trident = training["qubes"], training["trident"]
     for src in (qubes, trident):
@@ -338,15 +339,18 @@ def test_xubuntu_was_scored_once_and_is_a_fold_now():
     assert "so it became a fold" in m["about"].split("xubuntu (26 photographs")[1].split("ubuntu (15 photographs")[0]
 
 
-def test_ubuntu_is_the_blind_source_after_xubuntu():
+def test_ubuntu_was_scored_once_and_waits_to_be_a_fold():
     """Ubuntu's community wallpaper contest winners of 2019-2022 (the ubuntu-wallpapers source package, from its git
     import at a pinned commit, files at the tree root): 15 photographs by 13 photographers, at most two each, all
-    CC BY-SA 4.0 as the package's debian/copyright states; in no fold and no fit; no photographer shared with another
-    source; xubuntu's photo that the contest also has, the renderings, night skies and the files absent from the
-    snapshot are left out and named; the hard clean photos were noted before any figure."""
+    CC BY-SA 4.0 as the package's debian/copyright states; scored once with the 17-source fit, so spent (its terms
+    allow fitting: a fold at the next refit, until then in no fit); no photographer shared with another source;
+    xubuntu's photo that the contest also has, the renderings, night skies and the files absent from the snapshot
+    are left out and named; the hard clean photos were noted before any figure."""
     m = json.loads(fc.MANIFEST.read_text())
     ubuntu = fc.corpus_sources(m, blind=True)["ubuntu"]
-    assert fc.blind_status(ubuntu) == "blind" and ubuntu["registry"] == "GitHub" and "spent" not in ubuntu
+    assert fc.blind_status(ubuntu) == "spent" and ubuntu["registry"] == "GitHub"
+    assert "Scored once" in ubuntu["spent"] and "with the shipped 17-source fit" in ubuntu["spent"]
+    assert "becomes a leave-one-source-out source at the next refit" in ubuntu["spent"]
     _assert_pinned_photo_entry(ubuntu, ("twinysam/ubuntu-wallpapers", "443676508be148b0d4529a0bd79345f114e2cca4", ""), 15,
                                left_out=("DSC2943_by_kcpru", "Milky_Way_by_Paulo_José_Oliveira_Amaro",
                                          "Way_by_Kacper_Ślusarczyk"))
@@ -354,6 +358,30 @@ def test_ubuntu_is_the_blind_source_after_xubuntu():
     photographers = [Path(f).stem.rsplit("_by_", 1)[1] for f in ubuntu["files"]]
     assert len(set(photographers)) == 13 and max(photographers.count(p) for p in photographers) == 2
     assert "ubuntu (15 photographs" in m["about"]
+
+
+def test_fedora30_and_fedora31_are_the_blind_sources_after_ubuntu():
+    """Fedora's supplemental wallpapers of releases 30 and 31 (fedoradesign/backgrounds extras/, each at the last commit
+    that holds its set): 7 and 9 photographs, at most two per photographer, CC0 or CC BY-SA 4.0 per file as each
+    commit's Attribution-Extras states; two blind sources scored side by side, as qubes and trident were (too few
+    photos each to stand alone); in no fold and no fit; no photographer shared with another source or with each other;
+    the files absent from the snapshot, the astro composite, the black-and-white photos and the drawing are left out
+    and named; the hard clean photos were noted before any figure."""
+    m = json.loads(fc.MANIFEST.read_text())
+    blind = fc.corpus_sources(m, blind=True)
+    f30, f31 = blind["fedora30"], blind["fedora31"]
+    assert [name for name, src in blind.items() if fc.blind_status(src) == "blind"] == ["fedora30", "fedora31"]
+    _assert_pinned_photo_entry(f30, ("fedoradesign/backgrounds", "1aacd09dafab12cf72e603f0a30964af7baa9ee5", "extras/"), 7,
+                               left_out=("great-oak-in-claremont", "lonely-tree-in-kenya", "i-see-stars", "wheat"))
+    _assert_pinned_photo_entry(f31, ("fedoradesign/backgrounds", "fc5d91c5007272a302d0081c85db5d8e72529e3d", "extras/"), 9,
+                               left_out=("galactic-mountains", "autumn", "metro"))
+    for src in (f30, f31):
+        assert src["registry"] == "GitHub" and "spent" not in src and "Attribution-Extras" in src["licence"]
+        assert "CC0 1.0" in src["licence"] and "before any photo" in src["licence"]
+    # the two sets share no file and no photo: working copies are named by source and stem
+    assert not {Path(f).stem for f in f30["files"]} & {Path(f).stem for f in f31["files"]}
+    assert not set(f30["sha256"].values()) & set(f31["sha256"].values())
+    assert "fedora30 (7 photographs" in m["about"] and "fedora31 (9 photographs" in m["about"]
 
 
 def test_kodak_is_a_fold_now():
@@ -366,7 +394,7 @@ def test_kodak_is_a_fold_now():
                              "xubuntu"}
     # pyiqa's calibration photos are TID2013's references, i.e. Kodak photos again: not a source of their own
     assert not any("ResultsCalibra" in src["where"] for src in m["sources"].values())
-    assert set(blind) == {"cbsd68", "mcmaster", "urban100", "ubuntu"}
+    assert set(blind) == {"cbsd68", "mcmaster", "urban100", "ubuntu", "fedora30", "fedora31"}
     assert m["sources"]["kodak"]["blind"] is False and len(training["kodak"]["files"]) == 24
 
 
@@ -501,8 +529,8 @@ def test_blind_report_scores_each_source_on_its_own_with_its_status(tmp_path, mo
         assert got["status"] == fc.blind_status(src) and got["n_photos"] == len(src["files"])
         assert all(got[lad]["n"] == len(src["files"]) for lad in fc.LADDERS)
     assert all(len(sources) == 1 for sources, _ in seen) and len(seen) == 2 * len(report["sources"])
-    assert [report["sources"][s]["status"] for s in ("cbsd68", "mcmaster", "urban100", "ubuntu")] == (
-        ["spent"] * 3 + ["blind"])
+    assert [report["sources"][s]["status"] for s in ("cbsd68", "mcmaster", "urban100", "ubuntu", "fedora30", "fedora31")] == (
+        ["spent"] * 4 + ["blind"] * 2)
     # the command prints one line per source and ladder, labelled with its status, and writes the per-source report
     out = tmp_path / "blind.json"
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out)]) == 0
@@ -511,19 +539,20 @@ def test_blind_report_scores_each_source_on_its_own_with_its_status(tmp_path, mo
     assert "urban100 (spent, 93 photos), fit ladder" in printed and "budgie" not in printed
     assert "worksuite" not in printed and "ubuntucinnamon" not in printed
     assert "qubes" not in printed and "trident" not in printed and "endless" not in printed  # folds now
-    assert "xubuntu" not in printed and "ubuntu (blind, 15 photos), fit ladder" in printed
-    assert "ubuntu (blind, 15 photos), alt ladder" in printed
-    assert set(json.loads(out.read_text())["sources"]) == {"cbsd68", "mcmaster", "urban100", "ubuntu"}
+    assert "xubuntu" not in printed and "ubuntu (spent, 15 photos), fit ladder" in printed
+    assert "fedora30 (blind, 7 photos), alt ladder" in printed and "fedora31 (blind, 9 photos), fit ladder" in printed
+    assert set(json.loads(out.read_text())["sources"]) == {"cbsd68", "mcmaster", "urban100", "ubuntu", "fedora30",
+                                                           "fedora31"}
     # --blind-source scores the named source alone (the spent ones are not measured again); a wrong name is refused
     seen.clear()
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out),
-                    "--blind-source", "ubuntu"]) == 0
-    assert set(json.loads(out.read_text())["sources"]) == {"ubuntu"}
-    assert {s for src, _ in seen for s in src} == {"ubuntu"}
+                    "--blind-source", "fedora30", "--blind-source", "fedora31"]) == 0
+    assert set(json.loads(out.read_text())["sources"]) == {"fedora30", "fedora31"}
+    assert {s for src, _ in seen for s in src} == {"fedora30", "fedora31"}
     capsys.readouterr()
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out),
                     "--blind-source", "worksuite"]) == 2
-    assert ("not a blind source: worksuite; the blind sources are cbsd68, mcmaster, urban100, ubuntu"
+    assert ("not a blind source: worksuite; the blind sources are cbsd68, mcmaster, urban100, ubuntu, fedora30, fedora31"
             in capsys.readouterr().err)
 
 
@@ -615,8 +644,8 @@ def test_question_blind_report_asks_the_named_blind_source_only(tmp_path, monkey
     monkeypatch.setattr(qa, "summarize", lambda rows, folds: {"nr": {}, "fr": {}})
     out = tmp_path / "q.json"
     argv = ["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--json", str(out)]
-    assert qa.main([*argv, "--blind-source", "ubuntu"]) == 0
-    assert asked == [{"ubuntu"}] and set(json.loads(out.read_text())["sources"]) == {"ubuntu"}
+    assert qa.main([*argv, "--blind-source", "fedora31"]) == 0
+    assert asked == [{"fedora31"}] and set(json.loads(out.read_text())["sources"]) == {"fedora31"}
     assert qa.main([*argv, "--blind-source", "kodak"]) == 2
     assert "not a blind source: kodak" in capsys.readouterr().err
 
