@@ -446,6 +446,17 @@ def test_clean_offsets_are_measured_on_sources_left_out():
     # that subset's own list.
     keep = np.array([src != "b" for src in sources])
     assert sv.fit_all(sv.FittingSamples(samples), subset=keep) == sv.fit_all([s for s, k in zip(samples, keep) if k])
+    # Those nested fits read only each detector's map (``_mapped_level``), so they fit nothing else: the map fields
+    # of a maps-only fit are the full fit's, and every clean sample's mapped level is the same.
+    full, maps = (sv.fit_all(sv.FittingSamples(samples), subset=keep, maps_only=only) for only in (False, True))
+    map_fields = {"features", "mean", "std", "coef", "intercept", "knots_x", "knots_y", "rmse"}
+    for mode in ("nr", "fr"):
+        for d in sv.DETECTORS:
+            assert set(maps[mode][d.name]) == map_fields and "discount" not in maps[mode][d.name]
+            assert {k: full[mode][d.name][k] for k in map_fields} == maps[mode][d.name]
+            for st_, t, _ in samples:
+                st_ = st_ if mode == "fr" else sv._nr_only(st_)
+                assert sv._mapped_level(maps[mode][d.name], st_) == sv._mapped_level(full[mode][d.name], st_)
     # Folds fitted in worker processes are the folds fitted one by one.
     photos = [{"source": src, "name": f"{src}{i}"} for i, src in enumerate(sources) if samples[i][1] is None]
     measured = []

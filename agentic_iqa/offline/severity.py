@@ -418,10 +418,12 @@ def _mean_std(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return mean, std
 
 
-def fit_detector(features: np.ndarray, target: np.ndarray, weight: np.ndarray, ridge: float = RIDGE) -> dict:
+def fit_detector(features: np.ndarray, target: np.ndarray, weight: np.ndarray, ridge: float = RIDGE,
+                 positives_map: bool = True) -> dict:
     """Weighted ridge regression of the target level on standardized features with non-negative
     weights (each feature's direction is declared, so no weight can flip it to compensate for a
-    correlated one), then an isotonic map from the resulting score to the level."""
+    correlated one), then an isotonic map from the resulting score to the level (and, with
+    ``positives_map``, the same map over the damaged samples alone)."""
     mean, std = _mean_std(features)
     z = (features - mean) / std
     k = z.shape[1]
@@ -439,7 +441,7 @@ def fit_detector(features: np.ndarray, target: np.ndarray, weight: np.ndarray, r
     out = {"mean": mean.tolist(), "std": std.tolist(), "coef": coef[:-1].tolist(), "intercept": float(coef[-1]),
            "knots_x": kx.tolist(), "knots_y": ky.tolist(), "rmse": rmse}
     pos = target > 0
-    if pos.sum() > 1:
+    if positives_map and pos.sum() > 1:
         # The same map over the damaged samples alone (E[level | score, this damage is present]): not pulled
         # towards 0 by the negatives that share a score, which ``_detector_level`` uses at high levels.
         px, py = isotonic(score[pos], target[pos], weight[pos])
@@ -494,12 +496,13 @@ class FittingSamples:
 
 
 def fit_all(samples: Sequence[tuple[dict, Optional[str], int]] | FittingSamples, ridge: float = RIDGE,
-            subset: Optional[np.ndarray] = None) -> dict:
+            subset: Optional[np.ndarray] = None, maps_only: bool = False) -> dict:
     """Fit every detector in both modes. ``samples``: (statistics, type or None for a clean reference,
     level), or a ``FittingSamples`` of them with ``subset`` (a boolean mask) choosing the ones to fit on. Each
     detector's positives are its own types at their level; everything else (clean images and all other types)
     has level 0. Positives and negatives get equal total weight, so the few positives are not drowned by the
-    many negatives."""
+    many negatives. ``maps_only`` fits what ``_mapped_level`` reads and nothing else (no positives-only map,
+    discount, clean range or typical values): the nested fits of ``fit_with_clean_offsets`` need no more."""
     table = samples if isinstance(samples, FittingSamples) else FittingSamples(samples)
     keep = np.ones(len(table.samples), bool) if subset is None else np.asarray(subset, dtype=bool)
     clean = np.array([t is None for t in table.types], dtype=bool)
@@ -513,8 +516,11 @@ def fit_all(samples: Sequence[tuple[dict, Optional[str], int]] | FittingSamples,
             pos = own[rows]
             y = np.where(pos, table.levels[rows], 0).astype(float)
             w = np.where(pos, 0.5 / max(pos.sum(), 1), 0.5 / max((~pos).sum(), 1))
-            fit = fit_detector(x, y, w, ridge)
+            fit = fit_detector(x, y, w, ridge, positives_map=not maps_only)
             fit["features"] = list(names)
+            if maps_only:
+                out[mode][det.name] = fit
+                continue
             to_discount = det.fr_discount if mode == "fr" else det.nr_discount
             discount = fit_discount(det, to_discount, table, mode, keep & table.modes[mode]) if to_discount else None
             if discount is not None:
@@ -574,12 +580,23 @@ def fit_with_clean_offsets(samples: Sequence[tuple[dict, Optional[str], int]], s
     (rescaled so that level 5 stays 5). Ranking within a detector is unchanged. Each NR detector also
     carries ``pos_ramp`` (``_detector_level``; None leaves it out). The offsets are measured on the shrunk
     map, which the ramp leaves unchanged below its lower end."""
+    from threadpoolctl import threadpool_limits  # fitting only
+
+    # One BLAS thread: on these tall, narrow matrices OpenBLAS's threads cost more than they give, and fits in
+    # several worker processes (fit_corpus.fits_without) oversubscribe the cores with them (a 16-source fit
+    # 19 s -> 11 s alone; four fits in two workers 83 s -> 31 s; benchmarks/RESULTS.md follow-up 30).
+    with threadpool_limits(limits=1, user_api="blas"):
+        return _fit_with_clean_offsets(samples, sources, ridge, quantile, pos_ramp)
+
+
+def _fit_with_clean_offsets(samples: Sequence[tuple[dict, Optional[str], int]], sources: Sequence[str],
+                            ridge: float, quantile: float, pos_ramp: Optional[tuple[float, float]]) -> dict:
     table = FittingSamples(samples)
     fitted = fit_all(table, ridge)
     names = sorted(set(sources))
     clean_levels: dict = {m: {d.name: [] for d in DETECTORS} for m in ("nr", "fr")}
     for held in names if len(names) > 1 else []:
-        inner = fit_all(table, ridge, subset=np.array([src != held for src in sources], dtype=bool))
+        inner = fit_all(table, ridge, subset=np.array([src != held for src in sources], dtype=bool), maps_only=True)
         for smp, src in zip(samples, sources):
             if src != held or smp[1] is not None:
                 continue
