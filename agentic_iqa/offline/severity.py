@@ -584,7 +584,7 @@ def fit_with_clean_offsets(samples: Sequence[tuple[dict, Optional[str], int]], s
 
     # One BLAS thread: on these tall, narrow matrices OpenBLAS's threads cost more than they give, and fits in
     # several worker processes (fit_corpus.fits_without) oversubscribe the cores with them (a 16-source fit
-    # 19 s -> 11 s alone; four fits in two workers 83 s -> 31 s; benchmarks/RESULTS.md follow-up 30).
+    # 19.6 s -> 12.2 s alone; four 15-source fits in two workers 83 s -> 23 s; benchmarks/RESULTS.md follow-up 30).
     with threadpool_limits(limits=1, user_api="blas"):
         return _fit_with_clean_offsets(samples, sources, ridge, quantile, pos_ramp)
 
