@@ -1,6 +1,6 @@
 """Why the NR SRCC across all images stays below the intra-group SRCC: a decomposition per held-out fold.
 
-    python benchmarks/across_types.py [--workers 2]    # one fit per fold (~2 min each) from fit_corpus.py's statistics cache
+    python benchmarks/across_types.py [--workers 2]    # one fit per fold (~12 s each) from fit_corpus.py's statistics cache
 
 Same folds and protocol as ``fit_corpus.py`` (leave-one-source-out, ``alt`` ladder, analyst alone, NR).
 For each held-out source it prints the SRCC across all images (clean photos = level 0) as measured, and
