@@ -262,8 +262,6 @@ def test_qubes_and_trident_were_scored_once_and_are_folds_now():
     Qubes photos it also has apart for this); the hard clean photos were noted before any figure. Scored once with the
     13-source fit, so spent; their terms allow fitting, so they became folds at the next refit (session 23)."""
     m = json.loads(fc.MANIFEST.read_text())
-    assert [name for name, src in fc.corpus_sources(m, blind=True).items() if fc.blind_status(src) == "blind"] == [
-        "fedora30", "fedora31"]
     training = fc.corpus_sources(m)
     qubes, trident = training["qubes"], training["trident"]
     for src in (qubes, trident):
@@ -359,28 +357,58 @@ def test_ubuntu_was_scored_once_and_is_a_fold_now():
     assert "so it became a fold" in m["about"].split("ubuntu (15 photographs")[1].split("fedora30 (7 photographs")[0]
 
 
-def test_fedora30_and_fedora31_are_the_blind_sources_after_ubuntu():
+def test_fedora30_and_fedora31_were_scored_once_side_by_side_and_wait_to_be_folds():
     """Fedora's supplemental wallpapers of releases 30 and 31 (fedoradesign/backgrounds extras/, each at the last commit
     that holds its set): 7 and 9 photographs, at most two per photographer, CC0 or CC BY-SA 4.0 per file as each
-    commit's Attribution-Extras states; two blind sources scored side by side, as qubes and trident were (too few
-    photos each to stand alone); in no fold and no fit; no photographer shared with another source or with each other;
-    the files absent from the snapshot, the astro composite, the black-and-white photos and the drawing are left out
-    and named; the hard clean photos were noted before any figure."""
+    commit's Attribution-Extras states; two blind sources scored once side by side with the 18-source fit, as qubes
+    and trident were (too few photos each to stand alone), so spent (their terms allow fitting: folds at the next
+    refit, until then in no fit); no photographer shared with another source or with each other; the files absent
+    from the snapshot, the astro composite, the black-and-white photos and the drawing are left out and named; the hard
+    clean photos were noted before any figure."""
     m = json.loads(fc.MANIFEST.read_text())
     blind = fc.corpus_sources(m, blind=True)
     f30, f31 = blind["fedora30"], blind["fedora31"]
-    assert [name for name, src in blind.items() if fc.blind_status(src) == "blind"] == ["fedora30", "fedora31"]
     _assert_pinned_photo_entry(f30, ("fedoradesign/backgrounds", "1aacd09dafab12cf72e603f0a30964af7baa9ee5", "extras/"), 7,
                                left_out=("great-oak-in-claremont", "lonely-tree-in-kenya", "i-see-stars", "wheat"))
     _assert_pinned_photo_entry(f31, ("fedoradesign/backgrounds", "fc5d91c5007272a302d0081c85db5d8e72529e3d", "extras/"), 9,
                                left_out=("galactic-mountains", "autumn", "metro"))
-    for src in (f30, f31):
-        assert src["registry"] == "GitHub" and "spent" not in src and "Attribution-Extras" in src["licence"]
+    for src, other in ((f30, "fedora31"), (f31, "fedora30")):
+        assert src["registry"] == "GitHub" and "Attribution-Extras" in src["licence"]
         assert "CC0 1.0" in src["licence"] and "before any photo" in src["licence"]
+        assert fc.blind_status(src) == "spent" and "Scored once" in src["spent"]
+        assert f"side by side with {other}, with the shipped 18-source fit" in src["spent"]
+        assert "becomes a leave-one-source-out source at the next refit" in src["spent"]
     # the two sets share no file and no photo: working copies are named by source and stem
     assert not {Path(f).stem for f in f30["files"]} & {Path(f).stem for f in f31["files"]}
     assert not set(f30["sha256"].values()) & set(f31["sha256"].values())
     assert "fedora30 (7 photographs" in m["about"] and "fedora31 (9 photographs" in m["about"]
+
+
+def test_joelazar_is_the_blind_source_after_fedora():
+    """One person's collection of Unsplash wallpapers (joelazar/wallpapers unsplash/ at a pinned commit): 22 photographs
+    by 21 photographers, at most two each, the Unsplash License as the repository's README states (no licence file:
+    the files are Unsplash's own downloads, named by photographer and photo id); in no fold and no fit; no
+    photographer or photo id shared with another source; the files absent from the snapshot, the photographers other
+    sources have and a night sky are left out and named; the hard clean photos were noted before any figure."""
+    m = json.loads(fc.MANIFEST.read_text())
+    blind = fc.corpus_sources(m, blind=True)
+    joe = blind["joelazar"]
+    assert [name for name, src in blind.items() if fc.blind_status(src) == "blind"] == ["joelazar"]
+    assert joe["registry"] == "GitHub" and "spent" not in joe
+    assert (joe["repo"], joe["commit"], joe["where"]) == (
+        "joelazar/wallpapers", "b7af7759b68455f43b236a0be20508ed6cd38b90", "unsplash/")
+    assert len(joe["files"]) == 22 and set(joe["sha256"]) == set(joe["files"])
+    assert all(f.endswith("-unsplash.jpg") for f in joe["files"])
+    ids = [f.removesuffix("-unsplash.jpg") for f in joe["files"]]  # <photographer>-<photo id>, as the licence names them
+    assert all(i in joe["licence"] for i in ids) and "Expected before scoring" in joe["licence"]
+    assert joe["licence"].startswith("Unsplash License") and "README.md" in joe["licence"]
+    for left_out in ("lucian-dachman-qxO2PBn7eKU", "bailey-zindel-NRQV-hBF10M", "cosmic-timetraveler-LhDWW8PhPoE",
+                     "casey-horner-rtCujH697DU"):
+        assert left_out not in ids and left_out in joe["licence"]
+    # the Unsplash photo id is the last 11 characters; no photo id is in another source's file names
+    others = " ".join(f for name, src in m["sources"].items() if name != "joelazar" for f in src["files"])
+    assert not [i for i in ids if i[-11:] in others]
+    assert "joelazar (22 Unsplash photographs" in m["about"]
 
 
 def test_kodak_is_a_fold_now():
@@ -393,7 +421,7 @@ def test_kodak_is_a_fold_now():
                              "xubuntu", "ubuntu"}
     # pyiqa's calibration photos are TID2013's references, i.e. Kodak photos again: not a source of their own
     assert not any("ResultsCalibra" in src["where"] for src in m["sources"].values())
-    assert set(blind) == {"cbsd68", "mcmaster", "urban100", "fedora30", "fedora31"}
+    assert set(blind) == {"cbsd68", "mcmaster", "urban100", "fedora30", "fedora31", "joelazar"}
     assert m["sources"]["kodak"]["blind"] is False and len(training["kodak"]["files"]) == 24
 
 
@@ -539,8 +567,8 @@ def test_blind_report_scores_each_source_on_its_own_with_its_status(tmp_path, mo
         assert got["status"] == fc.blind_status(src) and got["n_photos"] == len(src["files"])
         assert all(got[lad]["n"] == len(src["files"]) for lad in fc.LADDERS)
     assert all(len(sources) == 1 for sources, _ in seen) and len(seen) == 2 * len(report["sources"])
-    assert [report["sources"][s]["status"] for s in ("cbsd68", "mcmaster", "urban100", "fedora30", "fedora31")] == (
-        ["spent"] * 3 + ["blind"] * 2)
+    assert [report["sources"][s]["status"] for s in ("cbsd68", "mcmaster", "urban100", "fedora30", "fedora31",
+                                                          "joelazar")] == ["spent"] * 5 + ["blind"]
     # the command prints one line per source and ladder, labelled with its status, and writes the per-source report
     out = tmp_path / "blind.json"
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out)]) == 0
@@ -550,19 +578,20 @@ def test_blind_report_scores_each_source_on_its_own_with_its_status(tmp_path, mo
     assert "worksuite" not in printed and "ubuntucinnamon" not in printed
     assert "qubes" not in printed and "trident" not in printed and "endless" not in printed  # folds now
     assert "ubuntu" not in printed  # xubuntu and ubuntu are folds now
-    assert "fedora30 (blind, 7 photos), alt ladder" in printed and "fedora31 (blind, 9 photos), fit ladder" in printed
+    assert "fedora30 (spent, 7 photos), alt ladder" in printed and "fedora31 (spent, 9 photos), fit ladder" in printed
+    assert "joelazar (blind, 22 photos), alt ladder" in printed
     assert set(json.loads(out.read_text())["sources"]) == {"cbsd68", "mcmaster", "urban100", "fedora30",
-                                                           "fedora31"}
+                                                           "fedora31", "joelazar"}
     # --blind-source scores the named source alone (the spent ones are not measured again); a wrong name is refused
     seen.clear()
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out),
-                    "--blind-source", "fedora30", "--blind-source", "fedora31"]) == 0
-    assert set(json.loads(out.read_text())["sources"]) == {"fedora30", "fedora31"}
-    assert {s for src, _ in seen for s in src} == {"fedora30", "fedora31"}
+                    "--blind-source", "fedora31", "--blind-source", "joelazar"]) == 0
+    assert set(json.loads(out.read_text())["sources"]) == {"fedora31", "joelazar"}
+    assert {s for src, _ in seen for s in src} == {"fedora31", "joelazar"}
     capsys.readouterr()
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out),
                     "--blind-source", "worksuite"]) == 2
-    assert ("not a blind source: worksuite; the blind sources are cbsd68, mcmaster, urban100, fedora30, fedora31"
+    assert ("not a blind source: worksuite; the blind sources are cbsd68, mcmaster, urban100, fedora30, fedora31, joelazar"
             in capsys.readouterr().err)
 
 
