@@ -357,17 +357,17 @@ def test_ubuntu_was_scored_once_and_is_a_fold_now():
     assert "so it became a fold" in m["about"].split("ubuntu (15 photographs")[1].split("fedora30 (7 photographs")[0]
 
 
-def test_fedora30_and_fedora31_were_scored_once_side_by_side_and_wait_to_be_folds():
+def test_fedora30_and_fedora31_were_scored_once_side_by_side_and_are_folds_now():
     """Fedora's supplemental wallpapers of releases 30 and 31 (fedoradesign/backgrounds extras/, each at the last commit
     that holds its set): 7 and 9 photographs, at most two per photographer, CC0 or CC BY-SA 4.0 per file as each
     commit's Attribution-Extras states; two blind sources scored once side by side with the 18-source fit, as qubes
-    and trident were (too few photos each to stand alone), so spent (their terms allow fitting: folds at the next
-    refit, until then in no fit); no photographer shared with another source or with each other; the files absent
+    and trident were (too few photos each to stand alone), so spent (their terms allow fitting: folds since the next
+    refit, session 25); no photographer shared with another source or with each other; the files absent
     from the snapshot, the astro composite, the black-and-white photos and the drawing are left out and named; the hard
     clean photos were noted before any figure."""
     m = json.loads(fc.MANIFEST.read_text())
-    blind = fc.corpus_sources(m, blind=True)
-    f30, f31 = blind["fedora30"], blind["fedora31"]
+    training = fc.corpus_sources(m)
+    f30, f31 = training["fedora30"], training["fedora31"]
     _assert_pinned_photo_entry(f30, ("fedoradesign/backgrounds", "1aacd09dafab12cf72e603f0a30964af7baa9ee5", "extras/"), 7,
                                left_out=("great-oak-in-claremont", "lonely-tree-in-kenya", "i-see-stars", "wheat"))
     _assert_pinned_photo_entry(f31, ("fedoradesign/backgrounds", "fc5d91c5007272a302d0081c85db5d8e72529e3d", "extras/"), 9,
@@ -375,13 +375,12 @@ def test_fedora30_and_fedora31_were_scored_once_side_by_side_and_wait_to_be_fold
     for src, other in ((f30, "fedora31"), (f31, "fedora30")):
         assert src["registry"] == "GitHub" and "Attribution-Extras" in src["licence"]
         assert "CC0 1.0" in src["licence"] and "before any photo" in src["licence"]
-        assert fc.blind_status(src) == "spent" and "Scored once" in src["spent"]
+        _assert_scored_blind_once_then_a_fold(src)
         assert f"side by side with {other}, with the shipped 18-source fit" in src["spent"]
-        assert "becomes a leave-one-source-out source at the next refit" in src["spent"]
     # the two sets share no file and no photo: working copies are named by source and stem
     assert not {Path(f).stem for f in f30["files"]} & {Path(f).stem for f in f31["files"]}
     assert not set(f30["sha256"].values()) & set(f31["sha256"].values())
-    assert "fedora30 (7 photographs" in m["about"] and "fedora31 (9 photographs" in m["about"]
+    assert "so they became folds" in m["about"].split("fedora31 (9 photographs")[1].split("joelazar (22")[0]
 
 
 def test_joelazar_is_the_blind_source_after_fedora():
@@ -418,10 +417,10 @@ def test_kodak_is_a_fold_now():
     training, blind = fc.corpus_sources(m), fc.corpus_sources(m, blind=True)
     assert set(training) == {"skimage", "mate", "plasma", "lomiri", "kodak", "budgie", "deepin", "solus", "popos",
                              "elementary", "ubuntumate", "ubuntucinnamon", "worksuite", "qubes", "trident", "endless",
-                             "xubuntu", "ubuntu"}
+                             "xubuntu", "ubuntu", "fedora30", "fedora31"}
     # pyiqa's calibration photos are TID2013's references, i.e. Kodak photos again: not a source of their own
     assert not any("ResultsCalibra" in src["where"] for src in m["sources"].values())
-    assert set(blind) == {"cbsd68", "mcmaster", "urban100", "fedora30", "fedora31", "joelazar"}
+    assert set(blind) == {"cbsd68", "mcmaster", "urban100", "joelazar"}
     assert m["sources"]["kodak"]["blind"] is False and len(training["kodak"]["files"]) == 24
 
 
@@ -567,8 +566,8 @@ def test_blind_report_scores_each_source_on_its_own_with_its_status(tmp_path, mo
         assert got["status"] == fc.blind_status(src) and got["n_photos"] == len(src["files"])
         assert all(got[lad]["n"] == len(src["files"]) for lad in fc.LADDERS)
     assert all(len(sources) == 1 for sources, _ in seen) and len(seen) == 2 * len(report["sources"])
-    assert [report["sources"][s]["status"] for s in ("cbsd68", "mcmaster", "urban100", "fedora30", "fedora31",
-                                                          "joelazar")] == ["spent"] * 5 + ["blind"]
+    assert [report["sources"][s]["status"] for s in ("cbsd68", "mcmaster", "urban100", "joelazar")] == (
+        ["spent"] * 3 + ["blind"])
     # the command prints one line per source and ladder, labelled with its status, and writes the per-source report
     out = tmp_path / "blind.json"
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out)]) == 0
@@ -578,20 +577,19 @@ def test_blind_report_scores_each_source_on_its_own_with_its_status(tmp_path, mo
     assert "worksuite" not in printed and "ubuntucinnamon" not in printed
     assert "qubes" not in printed and "trident" not in printed and "endless" not in printed  # folds now
     assert "ubuntu" not in printed  # xubuntu and ubuntu are folds now
-    assert "fedora30 (spent, 7 photos), alt ladder" in printed and "fedora31 (spent, 9 photos), fit ladder" in printed
+    assert "fedora" not in printed  # folds now
     assert "joelazar (blind, 22 photos), alt ladder" in printed
-    assert set(json.loads(out.read_text())["sources"]) == {"cbsd68", "mcmaster", "urban100", "fedora30",
-                                                           "fedora31", "joelazar"}
+    assert set(json.loads(out.read_text())["sources"]) == {"cbsd68", "mcmaster", "urban100", "joelazar"}
     # --blind-source scores the named source alone (the spent ones are not measured again); a wrong name is refused
     seen.clear()
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out),
-                    "--blind-source", "fedora31", "--blind-source", "joelazar"]) == 0
-    assert set(json.loads(out.read_text())["sources"]) == {"fedora31", "joelazar"}
-    assert {s for src, _ in seen for s in src} == {"fedora31", "joelazar"}
+                    "--blind-source", "urban100", "--blind-source", "joelazar"]) == 0
+    assert set(json.loads(out.read_text())["sources"]) == {"urban100", "joelazar"}
+    assert {s for src, _ in seen for s in src} == {"urban100", "joelazar"}
     capsys.readouterr()
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out),
                     "--blind-source", "worksuite"]) == 2
-    assert ("not a blind source: worksuite; the blind sources are cbsd68, mcmaster, urban100, fedora30, fedora31, joelazar"
+    assert ("not a blind source: worksuite; the blind sources are cbsd68, mcmaster, urban100, joelazar"
             in capsys.readouterr().err)
 
 
@@ -683,8 +681,8 @@ def test_question_blind_report_asks_the_named_blind_source_only(tmp_path, monkey
     monkeypatch.setattr(qa, "summarize", lambda rows, folds: {"nr": {}, "fr": {}})
     out = tmp_path / "q.json"
     argv = ["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--json", str(out)]
-    assert qa.main([*argv, "--blind-source", "fedora31"]) == 0
-    assert asked == [{"fedora31"}] and set(json.loads(out.read_text())["sources"]) == {"fedora31"}
+    assert qa.main([*argv, "--blind-source", "joelazar"]) == 0
+    assert asked == [{"joelazar"}] and set(json.loads(out.read_text())["sources"]) == {"joelazar"}
     assert qa.main([*argv, "--blind-source", "kodak"]) == 2
     assert "not a blind source: kodak" in capsys.readouterr().err
 
