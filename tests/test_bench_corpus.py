@@ -383,17 +383,17 @@ def test_fedora30_and_fedora31_were_scored_once_side_by_side_and_are_folds_now()
     assert "so they became folds" in m["about"].split("fedora31 (9 photographs")[1].split("joelazar (22")[0]
 
 
-def test_joelazar_is_the_blind_source_after_fedora():
+def test_joelazar_was_scored_once_and_is_a_fold_now():
     """One person's collection of Unsplash wallpapers (joelazar/wallpapers unsplash/ at a pinned commit): 22 photographs
     by 21 photographers, at most two each, the Unsplash License as the repository's README states (no licence file:
-    the files are Unsplash's own downloads, named by photographer and photo id); in no fold and no fit; no
-    photographer or photo id shared with another source; the files absent from the snapshot, the photographers other
-    sources have and a night sky are left out and named; the hard clean photos were noted before any figure."""
+    the files are Unsplash's own downloads, named by photographer and photo id); scored once with the 20-source fit,
+    so spent (its terms allow fitting: a fold since the next refit, session 25); no photographer or photo id shared
+    with another source; the files absent from the snapshot, the photographers other sources have and a night sky are
+    left out and named; the hard clean photos were noted before any figure."""
     m = json.loads(fc.MANIFEST.read_text())
-    blind = fc.corpus_sources(m, blind=True)
-    joe = blind["joelazar"]
-    assert [name for name, src in blind.items() if fc.blind_status(src) == "blind"] == ["joelazar"]
-    assert joe["registry"] == "GitHub" and "spent" not in joe
+    joe = fc.corpus_sources(m)["joelazar"]
+    _assert_scored_blind_once_then_a_fold(joe)
+    assert joe["registry"] == "GitHub" and "with the shipped 20-source fit" in joe["spent"]
     assert (joe["repo"], joe["commit"], joe["where"]) == (
         "joelazar/wallpapers", "b7af7759b68455f43b236a0be20508ed6cd38b90", "unsplash/")
     assert len(joe["files"]) == 22 and set(joe["sha256"]) == set(joe["files"])
@@ -407,7 +407,25 @@ def test_joelazar_is_the_blind_source_after_fedora():
     # the Unsplash photo id is the last 11 characters; no photo id is in another source's file names
     others = " ".join(f for name, src in m["sources"].items() if name != "joelazar" for f in src["files"])
     assert not [i for i in ids if i[-11:] in others]
-    assert "joelazar (22 Unsplash photographs" in m["about"]
+    assert "so it became a fold" in m["about"].split("joelazar (22 Unsplash photographs")[1].split("gbcwiki (18")[0]
+
+
+def test_gbcwiki_is_the_blind_source_after_joelazar():
+    """The Wikimedia Commons photos that Apple's graph-based captioning code keeps as sample inputs (apple/ml-gbc
+    data/images/wiki/ at a pinned commit): 18 photographs, the licence of each (CC BY-SA, the Free Art License, CC0 or
+    public domain) and its Commons page as that folder's README states; in no fold and no fit; the three paintings are
+    left out and named; the hard clean photos were noted before any figure."""
+    m = json.loads(fc.MANIFEST.read_text())
+    blind = fc.corpus_sources(m, blind=True)
+    assert [name for name, src in blind.items() if fc.blind_status(src) == "blind"] == ["gbcwiki"]
+    gbc = blind["gbcwiki"]
+    assert gbc["registry"] == "GitHub" and "spent" not in gbc
+    _assert_pinned_photo_entry(gbc, ("apple/ml-gbc", "b66c03c89aa5744f9e772ad074a8535ceb2b1f63", "data/images/wiki/"), 18,
+                               left_out=("Jean-Francois_Portaels", "Kompoziciya", "Painting"))
+    assert "Wikimedia Commons" in gbc["licence"] and "Free Art License" in gbc["licence"]
+    assert not set(gbc["sha256"].values()) & {h for n, src in m["sources"].items() if n != "gbcwiki"
+                                             for h in src.get("sha256", {}).values()}  # packages: no per-file hash
+    assert "gbcwiki (18 Wikimedia Commons photographs" in m["about"]
 
 
 def test_kodak_is_a_fold_now():
@@ -417,10 +435,10 @@ def test_kodak_is_a_fold_now():
     training, blind = fc.corpus_sources(m), fc.corpus_sources(m, blind=True)
     assert set(training) == {"skimage", "mate", "plasma", "lomiri", "kodak", "budgie", "deepin", "solus", "popos",
                              "elementary", "ubuntumate", "ubuntucinnamon", "worksuite", "qubes", "trident", "endless",
-                             "xubuntu", "ubuntu", "fedora30", "fedora31"}
+                             "xubuntu", "ubuntu", "fedora30", "fedora31", "joelazar"}
     # pyiqa's calibration photos are TID2013's references, i.e. Kodak photos again: not a source of their own
     assert not any("ResultsCalibra" in src["where"] for src in m["sources"].values())
-    assert set(blind) == {"cbsd68", "mcmaster", "urban100", "joelazar"}
+    assert set(blind) == {"cbsd68", "mcmaster", "urban100", "gbcwiki"}
     assert m["sources"]["kodak"]["blind"] is False and len(training["kodak"]["files"]) == 24
 
 
@@ -566,7 +584,7 @@ def test_blind_report_scores_each_source_on_its_own_with_its_status(tmp_path, mo
         assert got["status"] == fc.blind_status(src) and got["n_photos"] == len(src["files"])
         assert all(got[lad]["n"] == len(src["files"]) for lad in fc.LADDERS)
     assert all(len(sources) == 1 for sources, _ in seen) and len(seen) == 2 * len(report["sources"])
-    assert [report["sources"][s]["status"] for s in ("cbsd68", "mcmaster", "urban100", "joelazar")] == (
+    assert [report["sources"][s]["status"] for s in ("cbsd68", "mcmaster", "urban100", "gbcwiki")] == (
         ["spent"] * 3 + ["blind"])
     # the command prints one line per source and ladder, labelled with its status, and writes the per-source report
     out = tmp_path / "blind.json"
@@ -578,18 +596,18 @@ def test_blind_report_scores_each_source_on_its_own_with_its_status(tmp_path, mo
     assert "qubes" not in printed and "trident" not in printed and "endless" not in printed  # folds now
     assert "ubuntu" not in printed  # xubuntu and ubuntu are folds now
     assert "fedora" not in printed  # folds now
-    assert "joelazar (blind, 22 photos), alt ladder" in printed
-    assert set(json.loads(out.read_text())["sources"]) == {"cbsd68", "mcmaster", "urban100", "joelazar"}
+    assert "joelazar" not in printed and "gbcwiki (blind, 18 photos), alt ladder" in printed
+    assert set(json.loads(out.read_text())["sources"]) == {"cbsd68", "mcmaster", "urban100", "gbcwiki"}
     # --blind-source scores the named source alone (the spent ones are not measured again); a wrong name is refused
     seen.clear()
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out),
-                    "--blind-source", "urban100", "--blind-source", "joelazar"]) == 0
-    assert set(json.loads(out.read_text())["sources"]) == {"urban100", "joelazar"}
-    assert {s for src, _ in seen for s in src} == {"urban100", "joelazar"}
+                    "--blind-source", "urban100", "--blind-source", "gbcwiki"]) == 0
+    assert set(json.loads(out.read_text())["sources"]) == {"urban100", "gbcwiki"}
+    assert {s for src, _ in seen for s in src} == {"urban100", "gbcwiki"}
     capsys.readouterr()
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out),
                     "--blind-source", "worksuite"]) == 2
-    assert ("not a blind source: worksuite; the blind sources are cbsd68, mcmaster, urban100, joelazar"
+    assert ("not a blind source: worksuite; the blind sources are cbsd68, mcmaster, urban100, gbcwiki"
             in capsys.readouterr().err)
 
 
@@ -681,8 +699,8 @@ def test_question_blind_report_asks_the_named_blind_source_only(tmp_path, monkey
     monkeypatch.setattr(qa, "summarize", lambda rows, folds: {"nr": {}, "fr": {}})
     out = tmp_path / "q.json"
     argv = ["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--json", str(out)]
-    assert qa.main([*argv, "--blind-source", "joelazar"]) == 0
-    assert asked == [{"joelazar"}] and set(json.loads(out.read_text())["sources"]) == {"joelazar"}
+    assert qa.main([*argv, "--blind-source", "gbcwiki"]) == 0
+    assert asked == [{"gbcwiki"}] and set(json.loads(out.read_text())["sources"]) == {"gbcwiki"}
     assert qa.main([*argv, "--blind-source", "kodak"]) == 2
     assert "not a blind source: kodak" in capsys.readouterr().err
 
