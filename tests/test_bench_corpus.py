@@ -285,19 +285,20 @@ def test_qubes_and_trident_were_scored_once_and_are_folds_now():
     assert "so they became folds" in m["about"].split("trident (8 Pexels photographs")[1]
 
 
-def _assert_pinned_photo_entry(src, pinned, n_files, left_out=()):
+def _assert_pinned_photo_entry(src, pinned, n_files, left_out=(), licence_name=lambda f: Path(f).stem):
     """A manifest entry of photos at a pinned commit: its repo, commit and folder; `n_files` files, each with a SHA-256
-    and named in the licence text by its stem (working copies are named by stem, so stems are unique); the expectations
-    written before scoring; and each `left_out` stem absent from the files but named in the licence text."""
+    and a unique stem (working copies are named by stem), each named in the licence text (by its stem, or as
+    `licence_name` gives it); the expectations written before scoring; and each `left_out` name absent from the files
+    but named in the licence text."""
     assert (src["repo"], src["commit"], src["where"]) == pinned
     assert len(src["files"]) == n_files and set(src["sha256"]) == set(src["files"])
-    stems = [Path(f).stem for f in src["files"]]
-    assert len(set(stems)) == n_files
-    for stem in stems:
-        assert stem in src["licence"], stem
+    assert len({Path(f).stem for f in src["files"]}) == n_files
+    names = [licence_name(f) for f in src["files"]]
+    for name in names:
+        assert name in src["licence"], name
     assert "Expected before scoring" in src["licence"]
-    for stem in left_out:
-        assert stem not in stems and stem in src["licence"], stem
+    for name in left_out:
+        assert name not in names and name in src["licence"], name
 
 
 def test_endless_was_scored_once_and_is_a_fold_now():
@@ -394,16 +395,17 @@ def test_joelazar_was_scored_once_and_is_a_fold_now():
     joe = fc.corpus_sources(m)["joelazar"]
     _assert_scored_blind_once_then_a_fold(joe)
     assert joe["registry"] == "GitHub" and "with the shipped 20-source fit" in joe["spent"]
-    assert (joe["repo"], joe["commit"], joe["where"]) == (
-        "joelazar/wallpapers", "b7af7759b68455f43b236a0be20508ed6cd38b90", "unsplash/")
-    assert len(joe["files"]) == 22 and set(joe["sha256"]) == set(joe["files"])
     assert all(f.endswith("-unsplash.jpg") for f in joe["files"])
-    ids = [f.removesuffix("-unsplash.jpg") for f in joe["files"]]  # <photographer>-<photo id>, as the licence names them
-    assert all(i in joe["licence"] for i in ids) and "Expected before scoring" in joe["licence"]
+
+    def unsplash_id(f):  # <photographer>-<photo id>, as the licence names the file
+        return f.removesuffix("-unsplash.jpg")
+
+    _assert_pinned_photo_entry(joe, ("joelazar/wallpapers", "b7af7759b68455f43b236a0be20508ed6cd38b90", "unsplash/"), 22,
+                               left_out=("lucian-dachman-qxO2PBn7eKU", "bailey-zindel-NRQV-hBF10M",
+                                         "cosmic-timetraveler-LhDWW8PhPoE", "casey-horner-rtCujH697DU"),
+                               licence_name=unsplash_id)
     assert joe["licence"].startswith("Unsplash License") and "README.md" in joe["licence"]
-    for left_out in ("lucian-dachman-qxO2PBn7eKU", "bailey-zindel-NRQV-hBF10M", "cosmic-timetraveler-LhDWW8PhPoE",
-                     "casey-horner-rtCujH697DU"):
-        assert left_out not in ids and left_out in joe["licence"]
+    ids = [unsplash_id(f) for f in joe["files"]]
     # the Unsplash photo id is the last 11 characters; no photo id is in another source's file names
     others = " ".join(f for name, src in m["sources"].items() if name != "joelazar" for f in src["files"])
     assert not [i for i in ids if i[-11:] in others]
