@@ -412,23 +412,22 @@ def test_joelazar_was_scored_once_and_is_a_fold_now():
     assert "so it became a fold" in m["about"].split("joelazar (22 Unsplash photographs")[1].split("gbcwiki (18")[0]
 
 
-def test_gbcwiki_was_scored_once_and_waits_to_be_a_fold():
+def test_gbcwiki_was_scored_once_then_became_a_fold():
     """The Wikimedia Commons photos that Apple's graph-based captioning code keeps as sample inputs (apple/ml-gbc
     data/images/wiki/ at a pinned commit): 18 photographs, the licence of each (CC BY-SA, the Free Art License, CC0 or
-    public domain) and its Commons page as that folder's README states; scored once with the 21-source fit, so spent
-    (its terms allow fitting: a fold at the next refit, until then in no fit); the three paintings are left out and
-    named; the hard clean photos were noted before any figure."""
+    public domain) and its Commons page as that folder's README states; scored once with the 21-source fit, then (its
+    terms allow fitting) a fold; the three paintings are left out and named; the hard clean photos were noted before
+    any figure."""
     m = json.loads(fc.MANIFEST.read_text())
-    gbc = fc.corpus_sources(m, blind=True)["gbcwiki"]
-    assert fc.blind_status(gbc) == "spent" and gbc["registry"] == "GitHub"
-    assert "Scored once" in gbc["spent"] and "with the shipped 21-source fit" in gbc["spent"]
-    assert "becomes a leave-one-source-out source at the next refit" in gbc["spent"]
+    gbc = fc.corpus_sources(m)["gbcwiki"]
+    _assert_scored_blind_once_then_a_fold(gbc)
+    assert gbc["registry"] == "GitHub" and "with the shipped 21-source fit" in gbc["spent"]
     _assert_pinned_photo_entry(gbc, ("apple/ml-gbc", "b66c03c89aa5744f9e772ad074a8535ceb2b1f63", "data/images/wiki/"), 18,
                                left_out=("Jean-Francois_Portaels", "Kompoziciya", "Painting"))
     assert "Wikimedia Commons" in gbc["licence"] and "Free Art License" in gbc["licence"]
     assert not set(gbc["sha256"].values()) & {h for n, src in m["sources"].items() if n != "gbcwiki"
                                              for h in src.get("sha256", {}).values()}  # packages: no per-file hash
-    assert "gbcwiki (18 Wikimedia Commons photographs" in m["about"]
+    assert "so it became a fold" in m["about"].split("gbcwiki (18 Wikimedia Commons photographs")[1].split("placecal (14")[0]
 
 
 def test_placecal_is_the_blind_source_after_gbcwiki():
@@ -455,10 +454,10 @@ def test_kodak_is_a_fold_now():
     training, blind = fc.corpus_sources(m), fc.corpus_sources(m, blind=True)
     assert set(training) == {"skimage", "mate", "plasma", "lomiri", "kodak", "budgie", "deepin", "solus", "popos",
                              "elementary", "ubuntumate", "ubuntucinnamon", "worksuite", "qubes", "trident", "endless",
-                             "xubuntu", "ubuntu", "fedora30", "fedora31", "joelazar"}
+                             "xubuntu", "ubuntu", "fedora30", "fedora31", "joelazar", "gbcwiki"}
     # pyiqa's calibration photos are TID2013's references, i.e. Kodak photos again: not a source of their own
     assert not any("ResultsCalibra" in src["where"] for src in m["sources"].values())
-    assert set(blind) == {"cbsd68", "mcmaster", "urban100", "gbcwiki", "placecal"}
+    assert set(blind) == {"cbsd68", "mcmaster", "urban100", "placecal"}
     assert m["sources"]["kodak"]["blind"] is False and len(training["kodak"]["files"]) == 24
 
 
@@ -604,8 +603,8 @@ def test_blind_report_scores_each_source_on_its_own_with_its_status(tmp_path, mo
         assert got["status"] == fc.blind_status(src) and got["n_photos"] == len(src["files"])
         assert all(got[lad]["n"] == len(src["files"]) for lad in fc.LADDERS)
     assert all(len(sources) == 1 for sources, _ in seen) and len(seen) == 2 * len(report["sources"])
-    assert [report["sources"][s]["status"] for s in ("cbsd68", "mcmaster", "urban100", "gbcwiki", "placecal")] == (
-        ["spent"] * 4 + ["blind"])
+    assert [report["sources"][s]["status"] for s in ("cbsd68", "mcmaster", "urban100", "placecal")] == (
+        ["spent"] * 3 + ["blind"])
     # the command prints one line per source and ladder, labelled with its status, and writes the per-source report
     out = tmp_path / "blind.json"
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out)]) == 0
@@ -616,19 +615,19 @@ def test_blind_report_scores_each_source_on_its_own_with_its_status(tmp_path, mo
     assert "qubes" not in printed and "trident" not in printed and "endless" not in printed  # folds now
     assert "ubuntu" not in printed  # xubuntu and ubuntu are folds now
     assert "fedora" not in printed  # folds now
-    assert "joelazar" not in printed and "gbcwiki (spent, 18 photos), alt ladder" in printed
+    assert "joelazar" not in printed and "gbcwiki" not in printed  # folds now
     assert "placecal (blind, 14 photos), fit ladder" in printed
-    assert set(json.loads(out.read_text())["sources"]) == {"cbsd68", "mcmaster", "urban100", "gbcwiki", "placecal"}
+    assert set(json.loads(out.read_text())["sources"]) == {"cbsd68", "mcmaster", "urban100", "placecal"}
     # --blind-source scores the named source alone (the spent ones are not measured again); a wrong name is refused
     seen.clear()
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out),
-                    "--blind-source", "gbcwiki", "--blind-source", "placecal"]) == 0
-    assert set(json.loads(out.read_text())["sources"]) == {"gbcwiki", "placecal"}
-    assert {s for src, _ in seen for s in src} == {"gbcwiki", "placecal"}
+                    "--blind-source", "urban100", "--blind-source", "placecal"]) == 0
+    assert set(json.loads(out.read_text())["sources"]) == {"urban100", "placecal"}
+    assert {s for src, _ in seen for s in src} == {"urban100", "placecal"}
     capsys.readouterr()
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out),
                     "--blind-source", "worksuite"]) == 2
-    assert ("not a blind source: worksuite; the blind sources are cbsd68, mcmaster, urban100, gbcwiki, placecal"
+    assert ("not a blind source: worksuite; the blind sources are cbsd68, mcmaster, urban100, placecal"
             in capsys.readouterr().err)
 
 
