@@ -430,21 +430,46 @@ def test_gbcwiki_was_scored_once_then_became_a_fold():
     assert "so it became a fold" in m["about"].split("gbcwiki (18 Wikimedia Commons photographs")[1].split("placecal (14")[0]
 
 
-def test_placecal_is_the_blind_source_after_gbcwiki():
+def test_placecal_was_scored_once_and_waits_to_be_a_fold():
     """The Unsplash photos the PlaceCal community calendar ships as seed pictures (geeksforsocialchange/PlaceCal
     db/seeds/images/ at a pinned commit, in two subfolders): 14 photographs by 14 photographers, the Unsplash License
-    per file as that folder's LICENSE.md states; in no fold and no fit; the avatars (under 512 px) are left out and
-    named; the hard clean photos were noted before any figure."""
+    per file as that folder's LICENSE.md states; scored once with the 22-source fit, so spent (its terms allow
+    fitting: a fold at the next refit, until then in no fit); the avatars (under 512 px) are left out and named; the
+    hard clean photos were noted before any figure."""
     m = json.loads(fc.MANIFEST.read_text())
-    blind = fc.corpus_sources(m, blind=True)
-    assert [name for name, src in blind.items() if fc.blind_status(src) == "blind"] == ["placecal"]
-    pc = blind["placecal"]
-    assert pc["registry"] == "GitHub" and "spent" not in pc
+    pc = fc.corpus_sources(m, blind=True)["placecal"]
+    assert fc.blind_status(pc) == "spent" and pc["registry"] == "GitHub"
+    assert "Scored once" in pc["spent"] and "with the shipped 22-source fit" in pc["spent"]
+    assert "becomes a leave-one-source-out source at the next refit" in pc["spent"]
     _assert_pinned_photo_entry(pc, ("geeksforsocialchange/PlaceCal", "e142f103fae331a2c3ae5cc10451fd8c8f0f2778",
                                     "db/seeds/images/"), 14)
     assert {f.split("/")[0] for f in pc["files"]} == {"partners", "sites"}  # a file's stem names its working copy
     assert "LICENSE.md" in pc["licence"] and "Unsplash License" in pc["licence"] and "avatar" in pc["licence"]
     assert "placecal (14 Unsplash photographs" in m["about"]
+
+
+def test_kirby_is_the_blind_source_after_placecal():
+    """The Unsplash photos the Kirby CMS Starterkit keeps as demo content (getkirby/starterkit content/1_photography/
+    at a pinned commit, one subfolder per album): 35 photographs by 32 photographers, at most two each, the Unsplash
+    License per file as each photo's metadata file states; in no fold and no fit; the photographers other sources
+    have, mate's stem, the sky-only astro images, the uncredited file and a third photo of one photographer are left
+    out and named; the hard clean photos were noted before any figure."""
+    m = json.loads(fc.MANIFEST.read_text())
+    blind = fc.corpus_sources(m, blind=True)
+    assert [name for name, src in blind.items() if fc.blind_status(src) == "blind"] == ["kirby"]
+    kirby = blind["kirby"]
+    assert kirby["registry"] == "GitHub" and "spent" not in kirby
+    _assert_pinned_photo_entry(kirby, ("getkirby/starterkit", "a2590d4b6bfd3396fa514390c4da634a68fd7ecf",
+                                       "content/1_photography/"), 35,
+                               left_out=("probably-photoshopped",  # ubuntucinnamon's Brown_Mountains, same photo
+                                         "dune",  # mate has a stem "dune"
+                                         "blood-moon", "area-51", "less-water-than-last-year", "no-idea-what-that-is"))
+    assert "Unsplash License" in kirby["licence"] and ".jpg.txt" in kirby["licence"]
+    others = {Path(f).stem for name, src in m["sources"].items() if name != "kirby" for f in src["files"]}
+    assert not {Path(f).stem for f in kirby["files"]} & others
+    assert not set(kirby["sha256"].values()) & {h for n, src in m["sources"].items() if n != "kirby"
+                                               for h in src.get("sha256", {}).values()}
+    assert "kirby (35 Unsplash photographs" in m["about"]
 
 
 def test_kodak_is_a_fold_now():
@@ -457,7 +482,7 @@ def test_kodak_is_a_fold_now():
                              "xubuntu", "ubuntu", "fedora30", "fedora31", "joelazar", "gbcwiki"}
     # pyiqa's calibration photos are TID2013's references, i.e. Kodak photos again: not a source of their own
     assert not any("ResultsCalibra" in src["where"] for src in m["sources"].values())
-    assert set(blind) == {"cbsd68", "mcmaster", "urban100", "placecal"}
+    assert set(blind) == {"cbsd68", "mcmaster", "urban100", "placecal", "kirby"}
     assert m["sources"]["kodak"]["blind"] is False and len(training["kodak"]["files"]) == 24
 
 
@@ -603,8 +628,8 @@ def test_blind_report_scores_each_source_on_its_own_with_its_status(tmp_path, mo
         assert got["status"] == fc.blind_status(src) and got["n_photos"] == len(src["files"])
         assert all(got[lad]["n"] == len(src["files"]) for lad in fc.LADDERS)
     assert all(len(sources) == 1 for sources, _ in seen) and len(seen) == 2 * len(report["sources"])
-    assert [report["sources"][s]["status"] for s in ("cbsd68", "mcmaster", "urban100", "placecal")] == (
-        ["spent"] * 3 + ["blind"])
+    assert [report["sources"][s]["status"] for s in ("cbsd68", "mcmaster", "urban100", "placecal", "kirby")] == (
+        ["spent"] * 4 + ["blind"])
     # the command prints one line per source and ladder, labelled with its status, and writes the per-source report
     out = tmp_path / "blind.json"
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out)]) == 0
@@ -616,18 +641,18 @@ def test_blind_report_scores_each_source_on_its_own_with_its_status(tmp_path, mo
     assert "ubuntu" not in printed  # xubuntu and ubuntu are folds now
     assert "fedora" not in printed  # folds now
     assert "joelazar" not in printed and "gbcwiki" not in printed  # folds now
-    assert "placecal (blind, 14 photos), fit ladder" in printed
-    assert set(json.loads(out.read_text())["sources"]) == {"cbsd68", "mcmaster", "urban100", "placecal"}
+    assert "placecal (spent, 14 photos), fit ladder" in printed and "kirby (blind, 35 photos), alt ladder" in printed
+    assert set(json.loads(out.read_text())["sources"]) == {"cbsd68", "mcmaster", "urban100", "placecal", "kirby"}
     # --blind-source scores the named source alone (the spent ones are not measured again); a wrong name is refused
     seen.clear()
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out),
-                    "--blind-source", "urban100", "--blind-source", "placecal"]) == 0
-    assert set(json.loads(out.read_text())["sources"]) == {"urban100", "placecal"}
-    assert {s for src, _ in seen for s in src} == {"urban100", "placecal"}
+                    "--blind-source", "placecal", "--blind-source", "kirby"]) == 0
+    assert set(json.loads(out.read_text())["sources"]) == {"placecal", "kirby"}
+    assert {s for src, _ in seen for s in src} == {"placecal", "kirby"}
     capsys.readouterr()
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out),
                     "--blind-source", "worksuite"]) == 2
-    assert ("not a blind source: worksuite; the blind sources are cbsd68, mcmaster, urban100, placecal"
+    assert ("not a blind source: worksuite; the blind sources are cbsd68, mcmaster, urban100, placecal, kirby"
             in capsys.readouterr().err)
 
 
