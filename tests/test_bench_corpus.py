@@ -430,22 +430,20 @@ def test_gbcwiki_was_scored_once_then_became_a_fold():
     assert "so it became a fold" in m["about"].split("gbcwiki (18 Wikimedia Commons photographs")[1].split("placecal (14")[0]
 
 
-def test_placecal_was_scored_once_and_waits_to_be_a_fold():
+def test_placecal_was_scored_once_then_became_a_fold():
     """The Unsplash photos the PlaceCal community calendar ships as seed pictures (geeksforsocialchange/PlaceCal
     db/seeds/images/ at a pinned commit, in two subfolders): 14 photographs by 14 photographers, the Unsplash License
-    per file as that folder's LICENSE.md states; scored once with the 22-source fit, so spent (its terms allow
-    fitting: a fold at the next refit, until then in no fit); the avatars (under 512 px) are left out and named; the
-    hard clean photos were noted before any figure."""
+    per file as that folder's LICENSE.md states; scored once with the 22-source fit, then (its terms allow fitting) a
+    fold; the avatars (under 512 px) are left out and named; the hard clean photos were noted before any figure."""
     m = json.loads(fc.MANIFEST.read_text())
-    pc = fc.corpus_sources(m, blind=True)["placecal"]
-    assert fc.blind_status(pc) == "spent" and pc["registry"] == "GitHub"
-    assert "Scored once" in pc["spent"] and "with the shipped 22-source fit" in pc["spent"]
-    assert "becomes a leave-one-source-out source at the next refit" in pc["spent"]
+    pc = fc.corpus_sources(m)["placecal"]
+    _assert_scored_blind_once_then_a_fold(pc)
+    assert pc["registry"] == "GitHub" and "with the shipped 22-source fit" in pc["spent"]
     _assert_pinned_photo_entry(pc, ("geeksforsocialchange/PlaceCal", "e142f103fae331a2c3ae5cc10451fd8c8f0f2778",
                                     "db/seeds/images/"), 14)
     assert {f.split("/")[0] for f in pc["files"]} == {"partners", "sites"}  # a file's stem names its working copy
     assert "LICENSE.md" in pc["licence"] and "Unsplash License" in pc["licence"] and "avatar" in pc["licence"]
-    assert "placecal (14 Unsplash photographs" in m["about"]
+    assert "so it became a fold" in m["about"].split("placecal (14 Unsplash photographs")[1].split("kirby (35")[0]
 
 
 def test_kirby_is_the_blind_source_after_placecal():
@@ -479,10 +477,11 @@ def test_kodak_is_a_fold_now():
     training, blind = fc.corpus_sources(m), fc.corpus_sources(m, blind=True)
     assert set(training) == {"skimage", "mate", "plasma", "lomiri", "kodak", "budgie", "deepin", "solus", "popos",
                              "elementary", "ubuntumate", "ubuntucinnamon", "worksuite", "qubes", "trident", "endless",
-                             "xubuntu", "ubuntu", "fedora30", "fedora31", "joelazar", "gbcwiki"}
+                             "xubuntu", "ubuntu", "fedora30", "fedora31", "joelazar", "gbcwiki",
+                             "placecal"}
     # pyiqa's calibration photos are TID2013's references, i.e. Kodak photos again: not a source of their own
     assert not any("ResultsCalibra" in src["where"] for src in m["sources"].values())
-    assert set(blind) == {"cbsd68", "mcmaster", "urban100", "placecal", "kirby"}
+    assert set(blind) == {"cbsd68", "mcmaster", "urban100", "kirby"}
     assert m["sources"]["kodak"]["blind"] is False and len(training["kodak"]["files"]) == 24
 
 
@@ -628,8 +627,8 @@ def test_blind_report_scores_each_source_on_its_own_with_its_status(tmp_path, mo
         assert got["status"] == fc.blind_status(src) and got["n_photos"] == len(src["files"])
         assert all(got[lad]["n"] == len(src["files"]) for lad in fc.LADDERS)
     assert all(len(sources) == 1 for sources, _ in seen) and len(seen) == 2 * len(report["sources"])
-    assert [report["sources"][s]["status"] for s in ("cbsd68", "mcmaster", "urban100", "placecal", "kirby")] == (
-        ["spent"] * 4 + ["blind"])
+    assert [report["sources"][s]["status"] for s in ("cbsd68", "mcmaster", "urban100", "kirby")] == (
+        ["spent"] * 3 + ["blind"])
     # the command prints one line per source and ladder, labelled with its status, and writes the per-source report
     out = tmp_path / "blind.json"
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out)]) == 0
@@ -641,18 +640,18 @@ def test_blind_report_scores_each_source_on_its_own_with_its_status(tmp_path, mo
     assert "ubuntu" not in printed  # xubuntu and ubuntu are folds now
     assert "fedora" not in printed  # folds now
     assert "joelazar" not in printed and "gbcwiki" not in printed  # folds now
-    assert "placecal (spent, 14 photos), fit ladder" in printed and "kirby (blind, 35 photos), alt ladder" in printed
-    assert set(json.loads(out.read_text())["sources"]) == {"cbsd68", "mcmaster", "urban100", "placecal", "kirby"}
+    assert "placecal" not in printed and "kirby (blind, 35 photos), alt ladder" in printed  # placecal: a fold now
+    assert set(json.loads(out.read_text())["sources"]) == {"cbsd68", "mcmaster", "urban100", "kirby"}
     # --blind-source scores the named source alone (the spent ones are not measured again); a wrong name is refused
     seen.clear()
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out),
-                    "--blind-source", "placecal", "--blind-source", "kirby"]) == 0
-    assert set(json.loads(out.read_text())["sources"]) == {"placecal", "kirby"}
-    assert {s for src, _ in seen for s in src} == {"placecal", "kirby"}
+                    "--blind-source", "urban100", "--blind-source", "kirby"]) == 0
+    assert set(json.loads(out.read_text())["sources"]) == {"urban100", "kirby"}
+    assert {s for src, _ in seen for s in src} == {"urban100", "kirby"}
     capsys.readouterr()
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out),
                     "--blind-source", "worksuite"]) == 2
-    assert ("not a blind source: worksuite; the blind sources are cbsd68, mcmaster, urban100, placecal, kirby"
+    assert ("not a blind source: worksuite; the blind sources are cbsd68, mcmaster, urban100, kirby"
             in capsys.readouterr().err)
 
 
@@ -744,8 +743,8 @@ def test_question_blind_report_asks_the_named_blind_source_only(tmp_path, monkey
     monkeypatch.setattr(qa, "summarize", lambda rows, folds: {"nr": {}, "fr": {}})
     out = tmp_path / "q.json"
     argv = ["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--json", str(out)]
-    assert qa.main([*argv, "--blind-source", "placecal"]) == 0
-    assert asked == [{"placecal"}] and set(json.loads(out.read_text())["sources"]) == {"placecal"}
+    assert qa.main([*argv, "--blind-source", "kirby"]) == 0
+    assert asked == [{"kirby"}] and set(json.loads(out.read_text())["sources"]) == {"kirby"}
     assert qa.main([*argv, "--blind-source", "kodak"]) == 2
     assert "not a blind source: kodak" in capsys.readouterr().err
 
