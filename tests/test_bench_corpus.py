@@ -446,17 +446,18 @@ def test_placecal_was_scored_once_then_became_a_fold():
     assert "so it became a fold" in m["about"].split("placecal (14 Unsplash photographs")[1].split("kirby (35")[0]
 
 
-def test_kirby_is_the_blind_source_after_placecal():
+def test_kirby_was_scored_once_and_waits_to_be_a_fold():
     """The Unsplash photos the Kirby CMS Starterkit keeps as demo content (getkirby/starterkit content/1_photography/
     at a pinned commit, one subfolder per album): 35 photographs by 32 photographers, at most two each, the Unsplash
-    License per file as each photo's metadata file states; in no fold and no fit; the photographers other sources
-    have, mate's stem, the sky-only astro images, the uncredited file and a third photo of one photographer are left
-    out and named; the hard clean photos were noted before any figure."""
+    License per file as each photo's metadata file states; scored once with the 23-source fit, so spent (its terms
+    allow fitting: a fold at the next refit, until then in no fit); the photographers other sources have, mate's
+    stem, the sky-only astro images, the uncredited file and a third photo of one photographer are left out and named;
+    the hard clean photos were noted before any figure."""
     m = json.loads(fc.MANIFEST.read_text())
-    blind = fc.corpus_sources(m, blind=True)
-    assert [name for name, src in blind.items() if fc.blind_status(src) == "blind"] == ["kirby"]
-    kirby = blind["kirby"]
-    assert kirby["registry"] == "GitHub" and "spent" not in kirby
+    kirby = fc.corpus_sources(m, blind=True)["kirby"]
+    assert fc.blind_status(kirby) == "spent" and kirby["registry"] == "GitHub"
+    assert "Scored once" in kirby["spent"] and "with the shipped 23-source fit" in kirby["spent"]
+    assert "becomes a leave-one-source-out source at the next refit" in kirby["spent"]
     _assert_pinned_photo_entry(kirby, ("getkirby/starterkit", "a2590d4b6bfd3396fa514390c4da634a68fd7ecf",
                                        "content/1_photography/"), 35,
                                left_out=("probably-photoshopped",  # ubuntucinnamon's Brown_Mountains, same photo
@@ -470,6 +471,31 @@ def test_kirby_is_the_blind_source_after_placecal():
     assert "kirby (35 Unsplash photographs" in m["about"]
 
 
+def test_photostream_is_the_blind_source_after_kirby():
+    """The Unsplash photos a photo-stream website template keeps as its demo (Cecilapp/photo-stream static/photos/ at
+    a pinned commit): 33 photographs by 33 photographers, the Unsplash License as its README states, each file under
+    its Unsplash download name (photographer and photo id); in no fold and no fit; the files missing from the
+    snapshot, placecal's photo and the archive account's photo are left out and named; the hard clean photos were
+    noted before any figure."""
+    m = json.loads(fc.MANIFEST.read_text())
+    blind = fc.corpus_sources(m, blind=True)
+    assert [name for name, src in blind.items() if fc.blind_status(src) == "blind"] == ["photostream"]
+    ps = blind["photostream"]
+    assert ps["registry"] == "GitHub" and "spent" not in ps
+    _assert_pinned_photo_entry(ps, ("Cecilapp/photo-stream", "8a7cf1f6ff34bd95ae43f9f98628c6e79114a9ed",
+                                    "static/photos/"), 33,
+                               left_out=("federico-respini-sYffw0LNr7s-unsplash",  # placecal's ashdale_hero
+                                         "library-of-congress-bd-9CtgkOIk-unsplash"))
+    assert all(f.endswith("-unsplash.jpg") for f in ps["files"])
+    assert "Unsplash License" in ps["licence"] and "README.md" in ps["licence"]
+    # the Unsplash photo id (the last 11 characters before "-unsplash") is in no other source's entry
+    others = json.dumps({name: src for name, src in m["sources"].items() if name != "photostream"})
+    assert not [f for f in ps["files"] if f.removesuffix("-unsplash.jpg")[-11:] in others]
+    assert not set(ps["sha256"].values()) & {h for n, src in m["sources"].items() if n != "photostream"
+                                            for h in src.get("sha256", {}).values()}
+    assert "photostream (33 Unsplash photographs" in m["about"]
+
+
 def test_kodak_is_a_fold_now():
     """Kodak24 was scored blind once and is spent: a leave-one-source-out source (budgie and the later blind sources
     whose terms allow fitting, too)."""
@@ -481,7 +507,7 @@ def test_kodak_is_a_fold_now():
                              "placecal"}
     # pyiqa's calibration photos are TID2013's references, i.e. Kodak photos again: not a source of their own
     assert not any("ResultsCalibra" in src["where"] for src in m["sources"].values())
-    assert set(blind) == {"cbsd68", "mcmaster", "urban100", "kirby"}
+    assert set(blind) == {"cbsd68", "mcmaster", "urban100", "kirby", "photostream"}
     assert m["sources"]["kodak"]["blind"] is False and len(training["kodak"]["files"]) == 24
 
 
@@ -627,8 +653,8 @@ def test_blind_report_scores_each_source_on_its_own_with_its_status(tmp_path, mo
         assert got["status"] == fc.blind_status(src) and got["n_photos"] == len(src["files"])
         assert all(got[lad]["n"] == len(src["files"]) for lad in fc.LADDERS)
     assert all(len(sources) == 1 for sources, _ in seen) and len(seen) == 2 * len(report["sources"])
-    assert [report["sources"][s]["status"] for s in ("cbsd68", "mcmaster", "urban100", "kirby")] == (
-        ["spent"] * 3 + ["blind"])
+    assert [report["sources"][s]["status"] for s in ("cbsd68", "mcmaster", "urban100", "kirby", "photostream")] == (
+        ["spent"] * 4 + ["blind"])
     # the command prints one line per source and ladder, labelled with its status, and writes the per-source report
     out = tmp_path / "blind.json"
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out)]) == 0
@@ -640,18 +666,19 @@ def test_blind_report_scores_each_source_on_its_own_with_its_status(tmp_path, mo
     assert "ubuntu" not in printed  # xubuntu and ubuntu are folds now
     assert "fedora" not in printed  # folds now
     assert "joelazar" not in printed and "gbcwiki" not in printed  # folds now
-    assert "placecal" not in printed and "kirby (blind, 35 photos), alt ladder" in printed  # placecal: a fold now
-    assert set(json.loads(out.read_text())["sources"]) == {"cbsd68", "mcmaster", "urban100", "kirby"}
+    assert "placecal" not in printed and "kirby (spent, 35 photos), alt ladder" in printed  # placecal: a fold now
+    assert "photostream (blind, 33 photos), fit ladder" in printed
+    assert set(json.loads(out.read_text())["sources"]) == {"cbsd68", "mcmaster", "urban100", "kirby", "photostream"}
     # --blind-source scores the named source alone (the spent ones are not measured again); a wrong name is refused
     seen.clear()
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out),
-                    "--blind-source", "urban100", "--blind-source", "kirby"]) == 0
-    assert set(json.loads(out.read_text())["sources"]) == {"urban100", "kirby"}
-    assert {s for src, _ in seen for s in src} == {"urban100", "kirby"}
+                    "--blind-source", "kirby", "--blind-source", "photostream"]) == 0
+    assert set(json.loads(out.read_text())["sources"]) == {"kirby", "photostream"}
+    assert {s for src, _ in seen for s in src} == {"kirby", "photostream"}
     capsys.readouterr()
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out),
                     "--blind-source", "worksuite"]) == 2
-    assert ("not a blind source: worksuite; the blind sources are cbsd68, mcmaster, urban100, kirby"
+    assert ("not a blind source: worksuite; the blind sources are cbsd68, mcmaster, urban100, kirby, photostream"
             in capsys.readouterr().err)
 
 
@@ -743,8 +770,8 @@ def test_question_blind_report_asks_the_named_blind_source_only(tmp_path, monkey
     monkeypatch.setattr(qa, "summarize", lambda rows, folds: {"nr": {}, "fr": {}})
     out = tmp_path / "q.json"
     argv = ["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--json", str(out)]
-    assert qa.main([*argv, "--blind-source", "kirby"]) == 0
-    assert asked == [{"kirby"}] and set(json.loads(out.read_text())["sources"]) == {"kirby"}
+    assert qa.main([*argv, "--blind-source", "photostream"]) == 0
+    assert asked == [{"photostream"}] and set(json.loads(out.read_text())["sources"]) == {"photostream"}
     assert qa.main([*argv, "--blind-source", "kodak"]) == 2
     assert "not a blind source: kodak" in capsys.readouterr().err
 
