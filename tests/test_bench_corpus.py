@@ -467,17 +467,18 @@ def test_kirby_was_scored_once_then_became_a_fold():
     assert "so it became a fold" in m["about"].split("kirby (35 Unsplash photographs")[1].split("photostream (33")[0]
 
 
-def test_photostream_is_the_blind_source_after_kirby():
+def test_photostream_was_scored_once_and_waits_to_be_a_fold():
     """The Unsplash photos a photo-stream website template keeps as its demo (Cecilapp/photo-stream static/photos/ at
     a pinned commit): 33 photographs by 33 photographers, the Unsplash License as its README states, each file under
-    its Unsplash download name (photographer and photo id); in no fold and no fit; the files missing from the
-    snapshot, placecal's photo and the archive account's photo are left out and named; the hard clean photos were
-    noted before any figure."""
+    its Unsplash download name (photographer and photo id); scored once with the 24-source fit and spent (its terms
+    allow fitting: a fold at the next refit, until then in no fold and no fit); the files missing from the snapshot,
+    placecal's photo and the archive account's photo are left out and named; the hard clean photos were noted before
+    any figure."""
     m = json.loads(fc.MANIFEST.read_text())
-    blind = fc.corpus_sources(m, blind=True)
-    assert [name for name, src in blind.items() if fc.blind_status(src) == "blind"] == ["photostream"]
-    ps = blind["photostream"]
-    assert ps["registry"] == "GitHub" and "spent" not in ps
+    ps = fc.corpus_sources(m, blind=True)["photostream"]
+    assert ps["registry"] == "GitHub" and fc.blind_status(ps) == "spent"
+    assert "Scored once" in ps["spent"] and "with the shipped 24-source fit" in ps["spent"]
+    assert "it becomes a leave-one-source-out source" in ps["spent"]
     _assert_pinned_photo_entry(ps, ("Cecilapp/photo-stream", "8a7cf1f6ff34bd95ae43f9f98628c6e79114a9ed",
                                     "static/photos/"), 33,
                                left_out=("federico-respini-sYffw0LNr7s-unsplash",  # placecal's ashdale_hero
@@ -647,8 +648,7 @@ def test_blind_report_scores_each_source_on_its_own_with_its_status(tmp_path, mo
         assert got["status"] == fc.blind_status(src) and got["n_photos"] == len(src["files"])
         assert all(got[lad]["n"] == len(src["files"]) for lad in fc.LADDERS)
     assert all(len(sources) == 1 for sources, _ in seen) and len(seen) == 2 * len(report["sources"])
-    assert [report["sources"][s]["status"] for s in ("cbsd68", "mcmaster", "urban100", "photostream")] == (
-        ["spent"] * 3 + ["blind"])
+    assert [report["sources"][s]["status"] for s in ("cbsd68", "mcmaster", "urban100", "photostream")] == ["spent"] * 4
     # the command prints one line per source and ladder, labelled with its status, and writes the per-source report
     out = tmp_path / "blind.json"
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out)]) == 0
@@ -661,7 +661,7 @@ def test_blind_report_scores_each_source_on_its_own_with_its_status(tmp_path, mo
     assert "fedora" not in printed  # folds now
     assert "joelazar" not in printed and "gbcwiki" not in printed  # folds now
     assert "placecal" not in printed and "kirby" not in printed  # folds now
-    assert "photostream (blind, 33 photos), fit ladder" in printed
+    assert "photostream (spent, 33 photos), fit ladder" in printed
     assert set(json.loads(out.read_text())["sources"]) == {"cbsd68", "mcmaster", "urban100", "photostream"}
     # --blind-source scores the named source alone (the spent ones are not measured again); a wrong name is refused
     seen.clear()
