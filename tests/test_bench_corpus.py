@@ -467,18 +467,16 @@ def test_kirby_was_scored_once_then_became_a_fold():
     assert "so it became a fold" in m["about"].split("kirby (35 Unsplash photographs")[1].split("photostream (33")[0]
 
 
-def test_photostream_was_scored_once_and_waits_to_be_a_fold():
+def test_photostream_was_scored_once_then_became_a_fold():
     """The Unsplash photos a photo-stream website template keeps as its demo (Cecilapp/photo-stream static/photos/ at
     a pinned commit): 33 photographs by 33 photographers, the Unsplash License as its README states, each file under
-    its Unsplash download name (photographer and photo id); scored once with the 24-source fit and spent (its terms
-    allow fitting: a fold at the next refit, until then in no fold and no fit); the files missing from the snapshot,
-    placecal's photo and the archive account's photo are left out and named; the hard clean photos were noted before
-    any figure."""
+    its Unsplash download name (photographer and photo id); scored once with the 24-source fit, then (its terms
+    allow fitting) a fold; the files missing from the snapshot, placecal's photo and the archive account's photo are
+    left out and named; the hard clean photos were noted before any figure."""
     m = json.loads(fc.MANIFEST.read_text())
-    ps = fc.corpus_sources(m, blind=True)["photostream"]
-    assert ps["registry"] == "GitHub" and fc.blind_status(ps) == "spent"
-    assert "Scored once" in ps["spent"] and "with the shipped 24-source fit" in ps["spent"]
-    assert "it becomes a leave-one-source-out source" in ps["spent"]
+    ps = fc.corpus_sources(m)["photostream"]
+    _assert_scored_blind_once_then_a_fold(ps)
+    assert ps["registry"] == "GitHub" and "with the shipped 24-source fit" in ps["spent"]
     _assert_pinned_photo_entry(ps, ("Cecilapp/photo-stream", "8a7cf1f6ff34bd95ae43f9f98628c6e79114a9ed",
                                     "static/photos/"), 33,
                                left_out=("federico-respini-sYffw0LNr7s-unsplash",  # placecal's ashdale_hero
@@ -488,7 +486,7 @@ def test_photostream_was_scored_once_and_waits_to_be_a_fold():
     # the Unsplash photo id (the last 11 characters before "-unsplash") is in no other source's entry
     others = json.dumps({name: src for name, src in m["sources"].items() if name != "photostream"})
     assert not [f for f in ps["files"] if f.removesuffix("-unsplash.jpg")[-11:] in others]
-    assert "photostream (33 Unsplash photographs" in m["about"]
+    assert "so it became a fold" in m["about"].split("photostream (33 Unsplash photographs")[1].split("Research-only")[0]
 
 
 def test_kodak_is_a_fold_now():
@@ -499,10 +497,10 @@ def test_kodak_is_a_fold_now():
     assert set(training) == {"skimage", "mate", "plasma", "lomiri", "kodak", "budgie", "deepin", "solus", "popos",
                              "elementary", "ubuntumate", "ubuntucinnamon", "worksuite", "qubes", "trident", "endless",
                              "xubuntu", "ubuntu", "fedora30", "fedora31", "joelazar", "gbcwiki",
-                             "placecal", "kirby"}
+                             "placecal", "kirby", "photostream"}
     # pyiqa's calibration photos are TID2013's references, i.e. Kodak photos again: not a source of their own
     assert not any("ResultsCalibra" in src["where"] for src in m["sources"].values())
-    assert set(blind) == {"cbsd68", "mcmaster", "urban100", "photostream"}
+    assert set(blind) == {"cbsd68", "mcmaster", "urban100"}
     assert m["sources"]["kodak"]["blind"] is False and len(training["kodak"]["files"]) == 24
 
 
@@ -648,7 +646,7 @@ def test_blind_report_scores_each_source_on_its_own_with_its_status(tmp_path, mo
         assert got["status"] == fc.blind_status(src) and got["n_photos"] == len(src["files"])
         assert all(got[lad]["n"] == len(src["files"]) for lad in fc.LADDERS)
     assert all(len(sources) == 1 for sources, _ in seen) and len(seen) == 2 * len(report["sources"])
-    assert [report["sources"][s]["status"] for s in ("cbsd68", "mcmaster", "urban100", "photostream")] == ["spent"] * 4
+    assert [report["sources"][s]["status"] for s in ("cbsd68", "mcmaster", "urban100")] == ["spent"] * 3
     # the command prints one line per source and ladder, labelled with its status, and writes the per-source report
     out = tmp_path / "blind.json"
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out)]) == 0
@@ -660,19 +658,18 @@ def test_blind_report_scores_each_source_on_its_own_with_its_status(tmp_path, mo
     assert "ubuntu" not in printed  # xubuntu and ubuntu are folds now
     assert "fedora" not in printed  # folds now
     assert "joelazar" not in printed and "gbcwiki" not in printed  # folds now
-    assert "placecal" not in printed and "kirby" not in printed  # folds now
-    assert "photostream (spent, 33 photos), fit ladder" in printed
-    assert set(json.loads(out.read_text())["sources"]) == {"cbsd68", "mcmaster", "urban100", "photostream"}
+    assert "placecal" not in printed and "kirby" not in printed and "photostream" not in printed  # folds now
+    assert set(json.loads(out.read_text())["sources"]) == {"cbsd68", "mcmaster", "urban100"}
     # --blind-source scores the named source alone (the spent ones are not measured again); a wrong name is refused
     seen.clear()
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out),
-                    "--blind-source", "urban100", "--blind-source", "photostream"]) == 0
-    assert set(json.loads(out.read_text())["sources"]) == {"urban100", "photostream"}
-    assert {s for src, _ in seen for s in src} == {"urban100", "photostream"}
+                    "--blind-source", "urban100", "--blind-source", "mcmaster"]) == 0
+    assert set(json.loads(out.read_text())["sources"]) == {"urban100", "mcmaster"}
+    assert {s for src, _ in seen for s in src} == {"urban100", "mcmaster"}
     capsys.readouterr()
     assert fc.main(["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--blind-json", str(out),
                     "--blind-source", "worksuite"]) == 2
-    assert ("not a blind source: worksuite; the blind sources are cbsd68, mcmaster, urban100, photostream"
+    assert ("not a blind source: worksuite; the blind sources are cbsd68, mcmaster, urban100"
             in capsys.readouterr().err)
 
 
@@ -764,8 +761,8 @@ def test_question_blind_report_asks_the_named_blind_source_only(tmp_path, monkey
     monkeypatch.setattr(qa, "summarize", lambda rows, folds: {"nr": {}, "fr": {}})
     out = tmp_path / "q.json"
     argv = ["--blind-report", "--cache", str(tmp_path / "cache"), "--size", "64", "--json", str(out)]
-    assert qa.main([*argv, "--blind-source", "photostream"]) == 0
-    assert asked == [{"photostream"}] and set(json.loads(out.read_text())["sources"]) == {"photostream"}
+    assert qa.main([*argv, "--blind-source", "urban100"]) == 0
+    assert asked == [{"urban100"}] and set(json.loads(out.read_text())["sources"]) == {"urban100"}
     assert qa.main([*argv, "--blind-source", "kodak"]) == 2
     assert "not a blind source: kodak" in capsys.readouterr().err
 
