@@ -26,6 +26,11 @@ run on all sources (each source scored by the analyst fitted without it); it is 
 ``agentic_iqa/offline/fusion_choice.json``, the per-fold record to ``benchmarks/corpus/fusion_choice.json``.
 
 Re-run after any change to the analyst (severity.py, thresholds) or the tools: it refits and re-chooses.
+
+``--shipped-only`` makes the shipped choice alone (one fit per source instead of one per source and per pair:
+25 fits instead of 325 for 25 sources, ~8 min here instead of ~2 h) and skips the nested per-fold evaluation;
+its record (``--record``, default ``benchmarks/corpus/fusion_choice_shipped_only.json``) holds every tool at
+every η on all sources, and the shipped choice file is written only when the choice changed.
 """
 from __future__ import annotations
 
@@ -59,6 +64,7 @@ MARGIN = 1e-2
 SLOTS = (OVERALL, *DISTORTION_CATEGORIES)
 CHOICE_FILE = analyst.FUSION_CHOICE_FILE
 RECORD = ROOT / "benchmarks/corpus/fusion_choice.json"
+SHIPPED_ONLY_RECORD = ROOT / "benchmarks/corpus/fusion_choice_shipped_only.json"
 
 
 class ImageSet:
@@ -194,8 +200,12 @@ def main(argv=None) -> int:
     ap.add_argument("--fr-per-category", action="store_true", help="search an FR tool per detected category")
     ap.add_argument("--fr-part6", action="store_true", help="FR criterion: J - 10 x (FSIM's intra SRCC - intra SRCC, "
                     "when positive) on the training images (issue 10 part 6 as a constraint)")
-    ap.add_argument("--record", default=str(RECORD), help="where the per-fold record goes")
+    ap.add_argument("--record", default=None, help="where the record goes (default: the per-fold record "
+                    f"{RECORD.name}, or {SHIPPED_ONLY_RECORD.name} with --shipped-only)")
+    ap.add_argument("--shipped-only", action="store_true", help="only the choice on all sources (no nested "
+                    "per-fold evaluation: one fit per source, not per pair)")
     args = ap.parse_args(argv)
+    args.record = args.record or str(SHIPPED_ONLY_RECORD if args.shipped_only else RECORD)
     t0 = time.time()
     cache = Path(args.cache).expanduser()
     photos = fc.build_corpus(cache, 512)
@@ -205,6 +215,11 @@ def main(argv=None) -> int:
     sources = sorted({p["source"] for p in photos})
     of = {s: [i for i, p in enumerate(photos) if p["source"] == s] for s in sources}
 
+    shipped_before = json.loads(Path(args.before).read_text())
+    before = {m: {"tools": shipped_before[m.upper()]["tools"], "eta": shipped_before[m.upper()]["eta"]} for m in ("nr", "fr")}
+    if args.shipped_only:
+        return shipped_only(args, photos, measured, scored, damaged, sources, of, before, t0)
+
     # The nested protocol's fits: without each source, and without each pair.
     fits = fc.fits_without(photos, measured, [(s,) for s in sources] + list(itertools.combinations(sources, 2)),
                            args.workers)
@@ -212,8 +227,6 @@ def main(argv=None) -> int:
     def fit_without(*held):
         return fits[tuple(sorted(held))]
 
-    shipped_before = json.loads(Path(args.before).read_text())
-    before = {m: {"tools": shipped_before[m.upper()]["tools"], "eta": shipped_before[m.upper()]["eta"]} for m in ("nr", "fr")}
     record: dict = {"protocol": __doc__.split("Protocol, ")[1].split("\n\n")[0].replace("\n", " "),
                     "criterion": "J = intra SRCC + SRCC all images - max(0, 4.0 - clean mean) - max(0, share < 3.5 - 0.10)",
                     "etas": list(ETAS), "per_source": args.per_source, "fr_per_category": args.fr_per_category, "margin": MARGIN, "before": before, "folds": {}}
@@ -280,13 +293,50 @@ def main(argv=None) -> int:
     record["fr_part6"] = args.fr_part6
     Path(args.record).write_text(json.dumps(record, indent=1) + "\n")
     if not args.no_write:
-        shipped = {"about": "Which tool the offline analyst fuses per mode and detected category, and the spec's eta; "
-                            "chosen on held-out sources by benchmarks/choose_fusion.py (record: benchmarks/corpus/fusion_choice.json).",
-                   "criterion": record["criterion"], "commit": fc._git_commit(),
-                   **{m: {"eta": v["eta"], "tools": v["tools"]} for m, v in record["shipped"].items()}}
-        CHOICE_FILE.write_text(json.dumps(shipped, indent=1) + "\n")
-        analyst.fusion_choice.cache_clear()
-        print(f"wrote {CHOICE_FILE}")
+        write_choice(record["criterion"], record["shipped"])
+    return 0
+
+
+def write_choice(criterion_text: str, shipped: dict) -> None:
+    """The shipped choice file, which the offline analyst reads."""
+    out = {"about": "Which tool the offline analyst fuses per mode and detected category, and the spec's eta; "
+                    "chosen on held-out sources by benchmarks/choose_fusion.py (record: benchmarks/corpus/fusion_choice.json).",
+           "criterion": criterion_text, "commit": fc._git_commit(),
+           **{m: {"eta": v["eta"], "tools": v["tools"]} for m, v in shipped.items()}}
+    CHOICE_FILE.write_text(json.dumps(out, indent=1) + "\n")
+    analyst.fusion_choice.cache_clear()
+    print(f"wrote {CHOICE_FILE}")
+
+
+def shipped_only(args, photos, measured, scored, damaged, sources, of, before, t0) -> int:
+    """The shipped step of the search alone: every source scored by the analyst fitted without it, the search on
+    all of them, every single tool's figures at every η recorded beside the choice."""
+    fits = fc.fits_without(photos, measured, [(s,) for s in sources], args.workers)
+    record: dict = {"protocol": "the shipped choice only: every source's images scored by the analyst fitted without "
+                                "it (leave-one-source-out), the search run on all of them; no nested per-fold evaluation",
+                    "criterion": "J = intra SRCC + SRCC all images - max(0, 4.0 - clean mean) - max(0, share < 3.5 - 0.10)",
+                    "etas": list(ETAS), "per_source": args.per_source, "margin": MARGIN, "sources": sources,
+                    "before": before, "shipped": {}, "every_tool": {}}
+    for mode in ("nr", "fr"):
+        data = ImageSet(mode, [it for h in sources
+                               for it in items_for(mode, of[h], photos, measured, scored, fits[(h,)], damaged)])
+        best = search(data, False, before[mode]["tools"])
+        record["shipped"][mode.upper()] = {"tools": best["tools"], "eta": best["eta"], "fit_figures": best["figures"],
+                                           "n_images": data.n, "n_groups": len(data.groups)}
+        record["every_tool"][mode] = {t: {str(eta): data.figures(data.scores({OVERALL: t}, eta)) for eta in ETAS}
+                                      for t in ovst.TOOLS[mode] if any(s.name == t for s in data.specs)}
+        f = best["figures"]
+        print(f"shipped {mode.upper()}: {best['tools']} eta {best['eta']:g} (before: {before[mode]['tools']} eta "
+              f"{before[mode]['eta']:g}) | intra {f['intra_srcc']:.4f} all {f['all_srcc']:.4f} clean "
+              f"{f['clean_mean']:.2f} ({f['clean_below_3_5']:.1%}) J {f['J']:.4f} [{len(data.groups)} groups]", flush=True)
+    record["seconds"] = round(time.time() - t0, 1)
+    Path(args.record).write_text(json.dumps(record, indent=1) + "\n")
+    changed = any(record["shipped"][m.upper()]["tools"] != before[m]["tools"]
+                  or record["shipped"][m.upper()]["eta"] != before[m]["eta"] for m in ("nr", "fr"))
+    if changed and not args.no_write:
+        write_choice(record["criterion"], record["shipped"])
+    elif not changed:
+        print(f"unchanged: {CHOICE_FILE} left as it is")
     return 0
 
 

@@ -20,6 +20,7 @@ from iqa_tools import load_image
 from signatures.models import OVERALL
 
 RECORD = Path(__file__).resolve().parents[1] / "benchmarks/corpus/fusion_choice.json"
+SHIPPED_ONLY_RECORD = RECORD.with_name("fusion_choice_shipped_only.json")
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +47,22 @@ def test_the_shipped_choice_is_the_choice_scripts_output():
             "eta": record["shipped"][mode]["eta"], "tools": record["shipped"][mode]["tools"]}
         assert analyst.fusion_choice()[mode]["eta"] == shipped[mode]["eta"]
     assert record["folds"] and all(set(f) == {"nr", "fr"} for f in record["folds"].values())
+
+
+def test_the_choice_made_again_on_every_training_source_is_the_shipped_one():
+    """`choose_fusion.py --shipped-only` re-made the choice on all the fit's sources (no nested evaluation): it
+    chose what ships, and its record covers exactly the sources the shipped thresholds were fitted on."""
+    shipped = json.loads(analyst.FUSION_CHOICE_FILE.read_text())
+    record = json.loads(SHIPPED_ONLY_RECORD.read_text())
+    fitted_on = json.loads(sv.THRESHOLDS_PATH.read_text())["provenance"]["sources"]
+    assert sorted(record["sources"]) == sorted(fitted_on)
+    for mode in ("NR", "FR"):
+        assert record["shipped"][mode]["tools"] == shipped[mode]["tools"]
+        assert record["shipped"][mode]["eta"] == shipped[mode]["eta"]
+        best = record["shipped"][mode]["fit_figures"]["J"]
+        # the record's every-tool table agrees: nothing beats the choice by the margin a change must gain
+        others = [f["J"] for t in record["every_tool"][mode.lower()].values() for f in t.values()]
+        assert max(others) <= best + record["margin"]
 
 
 def _expected(result, image, reference, mode):
