@@ -65,6 +65,7 @@ SLOTS = (OVERALL, *DISTORTION_CATEGORIES)
 CHOICE_FILE = analyst.FUSION_CHOICE_FILE
 RECORD = ROOT / "benchmarks/corpus/fusion_choice.json"
 SHIPPED_ONLY_RECORD = ROOT / "benchmarks/corpus/fusion_choice_shipped_only.json"
+CRITERION = "J = intra SRCC + SRCC all images - max(0, 4.0 - clean mean) - max(0, share < 3.5 - 0.10)"  # as written in the records and the shipped file
 
 
 class ImageSet:
@@ -228,7 +229,7 @@ def main(argv=None) -> int:
         return fits[tuple(sorted(held))]
 
     record: dict = {"protocol": __doc__.split("Protocol, ")[1].split("\n\n")[0].replace("\n", " "),
-                    "criterion": "J = intra SRCC + SRCC all images - max(0, 4.0 - clean mean) - max(0, share < 3.5 - 0.10)",
+                    "criterion": CRITERION,
                     "etas": list(ETAS), "per_source": args.per_source, "fr_per_category": args.fr_per_category, "margin": MARGIN, "before": before, "folds": {}}
     held_out: dict = {m: [] for m in ("nr", "fr")}  # every source's images under the fit without it
     for h in sources:
@@ -314,13 +315,14 @@ def shipped_only(args, photos, measured, scored, damaged, sources, of, before, t
     fits = fc.fits_without(photos, measured, [(s,) for s in sources], args.workers)
     record: dict = {"protocol": "the shipped choice only: every source's images scored by the analyst fitted without "
                                 "it (leave-one-source-out), the search run on all of them; no nested per-fold evaluation",
-                    "criterion": "J = intra SRCC + SRCC all images - max(0, 4.0 - clean mean) - max(0, share < 3.5 - 0.10)",
-                    "etas": list(ETAS), "per_source": args.per_source, "margin": MARGIN, "sources": sources,
-                    "before": before, "shipped": {}, "every_tool": {}}
+                    "criterion": CRITERION,
+                    "etas": list(ETAS), "per_source": args.per_source, "fr_per_category": args.fr_per_category,
+                    "fr_part6": args.fr_part6, "margin": MARGIN, "sources": sources, "before": before, "shipped": {},
+                    "every_tool": {}}
     for mode in ("nr", "fr"):
         data = ImageSet(mode, [it for h in sources
                                for it in items_for(mode, of[h], photos, measured, scored, fits[(h,)], damaged)])
-        best = search(data, False, before[mode]["tools"])
+        best = search(data, mode == "fr" and args.fr_per_category, before[mode]["tools"], args.fr_part6 and mode == "fr")
         record["shipped"][mode.upper()] = {"tools": best["tools"], "eta": best["eta"], "fit_figures": best["figures"],
                                            "n_images": data.n, "n_groups": len(data.groups)}
         record["every_tool"][mode] = {t: {str(eta): data.figures(data.scores({OVERALL: t}, eta)) for eta in ETAS}
