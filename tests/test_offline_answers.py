@@ -439,6 +439,14 @@ def test_an_open_question_is_not_answered_yes_or_no(astronaut):
     assert answer.startswith("Brightness change: ") and not answer.startswith(("Yes", "No")), answer
 
 
+
+def test_a_list_of_named_distortions_is_written_in_one_case(astronaut):
+    """The question's own word ("blur") and a category name ("Noise") once stood side by side as "blur: none; Noise:
+    none": every name is now lower case, with a capital only where the answer starts with the list."""
+    clean = sv.analyze(astronaut)
+    assert _answer("Which is worse, the blur or the noise?", clean) == "Blur: none; noise: none"
+    assert _answer("Is there noise or blur?", clean) == "No — blur: none; noise: none"
+
 def test_narrowed_and_quality_questions_through_the_offline_pipeline(tmp_path, astronaut):
     """The CLI/API path gives the same answers, with the evidence row of the detector the question names."""
     import agentic_iqa
@@ -520,7 +528,7 @@ def test_a_question_asked_the_positive_way_means_the_damage_is_absent(astronaut)
     for query, damaged in (("Is the contrast good? A. Yes B. No", low), ("Is the exposure correct? A. Yes B. No", dark),
                            ("Is the image free of noise? A. Yes B. No", noisy), ("Is the image bright enough? A. Yes B. No", dark)):
         assert (_answer(query, clean), _answer(query, damaged)) == ("A", "B"), query
-    assert _answer("Is the image well exposed?", dark).startswith("No — Brightness change: ")
+    assert _answer("Is the image well exposed?", dark).startswith("No — brightness change: ")
     # Asked the negative way, as before.
     assert (_answer("Is the contrast too low? A. Yes B. No", clean), _answer("Is the contrast too low? A. Yes B. No", low)) == ("B", "A")
 
@@ -533,7 +541,7 @@ def test_bright_enough_asks_about_under_exposure_only(astronaut):
         assert (_answer(query, bright), _answer(query, dark)) == ("A", "B"), query
     assert _answer("Is the image bright enough?", bright).startswith("Yes — under-exposure: none")
     assert _answer("Is the photo poorly lit?", dark).startswith("Yes — under-exposure: ")
-    assert _answer("Is the photo well lit?", dark).startswith("No — Brightness change: ")  # neither too dark nor too bright
+    assert _answer("Is the photo well lit?", dark).startswith("No — brightness change: ")  # neither too dark nor too bright
 
 
 def test_an_over_sharpened_photo_without_a_reference_is_not_called_noisy(astronaut):

@@ -354,9 +354,13 @@ def answer_question(query: str, plan: PlannerOutput, analyses: dict, fused_level
                 f" ({fused_level}); {main[0].lower()}{main[1:]}")
     yes_no = bool(_YES_NO_QUESTION.match(_question_text(query)))
     if asked:
-        found = [f"{_name(c, query)}: {_severity(analyses, c, query)}" for c in asked if c in analyses]
+        # One case for every name in the list (the question's own word "blur" beside the category "Noise" read as a
+        # typo); a capital only where the answer starts with the list.
+        found = "; ".join(f"{_name(c, query).lower()}: {_severity(analyses, c, query)}" for c in asked if c in analyses)
         present = [c for c in asked if c in analyses and _severity(analyses, c, query) != "none"]
-        return (("Yes — " if bool(present) != absent else "No — ") if yes_no else "") + "; ".join(found)
+        if not yes_no:
+            return found[:1].upper() + found[1:]
+        return ("Yes — " if bool(present) != absent else "No — ") + found
     if yes_no and polarity is not None:
         return f"{'Yes' if _good(fused_level) == polarity else 'No'} — quality {LEVEL_NAMES[fused_level].lower()} ({fused_level})"
     return _main_distortion(analyses)
