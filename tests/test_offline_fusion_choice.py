@@ -47,6 +47,8 @@ def test_the_shipped_choice_is_the_choice_scripts_output():
             "eta": record["shipped"][mode]["eta"], "tools": record["shipped"][mode]["tools"]}
         assert analyst.fusion_choice()[mode]["eta"] == shipped[mode]["eta"]
     assert record["folds"] and all(set(f) == {"nr", "fr"} for f in record["folds"].values())
+    # the nested run's folds are the sources the shipped thresholds were fitted on (its held-out figures are quoted)
+    assert sorted(record["folds"]) == sorted(json.loads(sv.THRESHOLDS_PATH.read_text())["provenance"]["sources"])
 
 
 def test_the_choice_made_again_on_every_training_source_is_the_shipped_one():
