@@ -439,13 +439,13 @@ def test_an_open_question_is_not_answered_yes_or_no(astronaut):
     assert answer.startswith("Brightness change: ") and not answer.startswith(("Yes", "No")), answer
 
 
-
 def test_a_list_of_named_distortions_is_written_in_one_case(astronaut):
     """The question's own word ("blur") and a category name ("Noise") once stood side by side as "blur: none; Noise:
     none": every name is now lower case, with a capital only where the answer starts with the list."""
     clean = sv.analyze(astronaut)
     assert _answer("Which is worse, the blur or the noise?", clean) == "Blur: none; noise: none"
     assert _answer("Is there noise or blur?", clean) == "No — blur: none; noise: none"
+
 
 def test_narrowed_and_quality_questions_through_the_offline_pipeline(tmp_path, astronaut):
     """The CLI/API path gives the same answers, with the evidence row of the detector the question names."""

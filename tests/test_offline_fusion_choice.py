@@ -23,6 +23,11 @@ RECORD = Path(__file__).resolve().parents[1] / "benchmarks/corpus/fusion_choice.
 SHIPPED_ONLY_RECORD = RECORD.with_name("fusion_choice_shipped_only.json")
 
 
+def _fitted_sources() -> list[str]:
+    """The sources the shipped thresholds were fitted on (both records must cover exactly these)."""
+    return sorted(json.loads(sv.THRESHOLDS_PATH.read_text())["provenance"]["sources"])
+
+
 @pytest.fixture(scope="module")
 def assessor(tmp_path_factory):
     return Assessor(load_settings(tmp_path_factory.mktemp("cfg"), backend="offline", cache={"enabled": False}))
@@ -48,7 +53,7 @@ def test_the_shipped_choice_is_the_choice_scripts_output():
         assert analyst.fusion_choice()[mode]["eta"] == shipped[mode]["eta"]
     assert record["folds"] and all(set(f) == {"nr", "fr"} for f in record["folds"].values())
     # the nested run's folds are the sources the shipped thresholds were fitted on (its held-out figures are quoted)
-    assert sorted(record["folds"]) == sorted(json.loads(sv.THRESHOLDS_PATH.read_text())["provenance"]["sources"])
+    assert sorted(record["folds"]) == _fitted_sources()
 
 
 def test_the_choice_made_again_on_every_training_source_is_the_shipped_one():
@@ -56,8 +61,7 @@ def test_the_choice_made_again_on_every_training_source_is_the_shipped_one():
     chose what ships, and its record covers exactly the sources the shipped thresholds were fitted on."""
     shipped = json.loads(analyst.FUSION_CHOICE_FILE.read_text())
     record = json.loads(SHIPPED_ONLY_RECORD.read_text())
-    fitted_on = json.loads(sv.THRESHOLDS_PATH.read_text())["provenance"]["sources"]
-    assert sorted(record["sources"]) == sorted(fitted_on)
+    assert sorted(record["sources"]) == _fitted_sources()
     for mode in ("NR", "FR"):
         assert record["shipped"][mode]["tools"] == shipped[mode]["tools"]
         assert record["shipped"][mode]["eta"] == shipped[mode]["eta"]
