@@ -443,8 +443,30 @@ def test_a_list_of_named_distortions_is_written_in_one_case(astronaut):
     """The question's own word ("blur") and a category name ("Noise") once stood side by side as "blur: none; Noise:
     none": every name is now lower case, with a capital only where the answer starts with the list."""
     clean = sv.analyze(astronaut)
-    assert _answer("Which is worse, the blur or the noise?", clean) == "Blur: none; noise: none"
+    assert _answer("How are the blur and the noise?", clean) == "Blur: none; noise: none"
     assert _answer("Is there noise or blur?", clean) == "No — blur: none; noise: none"
+
+
+def test_a_question_comparing_two_distortions_is_answered_by_which_measures_worse(astronaut):
+    """"Which is worse, the blur or the noise?" was answered with the bare list, and "Is the blur worse than the noise?
+    A. Yes B. No" Yes on a noisy photo because some damage was present. The question names the order: the first named
+    is compared with the second, by measured severity."""
+    clean, noisy = sv.analyze(astronaut), sv.analyze(distort(astronaut, "white noise", 4))
+    assert noisy["Noise"].severity != "none" and noisy["Blurs"].severity_of("blur") == "none"
+    assert _answer("Which is worse, the blur or the noise?", noisy) == "Noise is worse — blur: none; noise: " + noisy["Noise"].severity
+    assert _answer("Which is milder, the noise or the blur?", noisy).startswith("Blur is milder — ")
+    assert _answer("Which is worse, the blur or the noise?", clean) == "Neither is present — blur: none; noise: none"
+    assert _answer("Is the blur worse than the noise? A. Yes B. No", noisy) == "B"
+    assert _answer("Is the noise worse than the blur? A. Yes B. No", noisy) == "A"
+    assert _answer("Is the noise worse than the blur? A. Yes B. No", clean) == "B"  # the same severity is not worse
+    assert _answer("Is there less blur than noise?", noisy).startswith("Yes — ")
+    assert _answer("Is there more blur than noise?", noisy).startswith("No — ")
+    # Options naming the distortions: the worse one, or the milder when asked so; "best describes" is no comparison.
+    assert _answer("Which is more visible? A. Blur B. Noise", noisy) == "B"
+    assert _answer("Which is less visible? A. Blur B. Noise", noisy) == "A"
+    assert _answer("Which option best describes the image? A. Blurry B. Noisy", noisy) == "B"
+    # Two distortions named without setting one against the other: the usual presence answer.
+    assert _answer("Is the noise more visible in the dark areas?", noisy).startswith("Yes — ")
 
 
 def test_narrowed_and_quality_questions_through_the_offline_pipeline(tmp_path, astronaut):

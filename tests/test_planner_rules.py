@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentic_iqa.agents.planner_rules import mcq_options, rule_plan
+from agentic_iqa.agents.planner_rules import mcq_options, named_distortions, rule_plan
 
 TOOLS = ["TOPIQ_FR", "QAlign", "LPIPS", "PSNR", "PIQE", "MS-SSIM"]
 F = lambda d, a, s, e: {"distortion_detection": d, "distortion_analysis": a, "tool_selection": s, "tool_execution": e}  # noqa: E731
@@ -48,3 +48,9 @@ def test_a_part_of_the_frame_is_a_region(query, scope):
     p = rule_plan(query, has_reference=False)
     assert p.query_scope == scope
     assert p.plan.tool_execution is (scope == ["Global"])
+
+
+def test_named_distortions_keep_the_vocabulary_order_or_the_text_order():
+    assert named_distortions("Is the noise worse than the blur?") == ["Blurs", "Noise"]
+    assert named_distortions("Is the noise worse than the blur?", in_text_order=True) == ["Noise", "Blurs"]
+    assert named_distortions("Is it dark, noisy and dark again?", in_text_order=True) == ["Brightness change", "Noise"]

@@ -73,12 +73,15 @@ def _question_part(query: str) -> str:
     return query[: opts[0].start()] if len(opts) >= 2 else query
 
 
-def named_distortions(text: str) -> list[str]:
-    found: list[str] = []
+def named_distortions(text: str, in_text_order: bool = False) -> list[str]:
+    """Spec categories the text names, in the vocabulary's order, or in the order the text names them first
+    ("Is the noise worse than the blur?" -> Noise, Blurs)."""
+    first: dict[str, int] = {}
     for pattern, category in _DISTORTION_WORDS:
-        if re.search(rf"\b(?:{pattern})\b", text, re.I) and category not in found:
-            found.append(category)
-    return found
+        m = re.search(rf"\b(?:{pattern})\b", text, re.I)
+        if m and m.start() < first.get(category, len(text) + 1):
+            first[category] = m.start()
+    return sorted(first, key=first.get) if in_text_order else list(first)
 
 
 def _is_distortion_word(word: str) -> bool:

@@ -335,6 +335,9 @@ def answer_question(query: str, plan: PlannerOutput, analyses: dict, fused_level
         yes = next((k for k, v in texts.items() if _YES.match(v)), None)
         no = next((k for k, v in texts.items() if _NO.match(v)), None)
         if yes and no and asked:
+            compared = _comparison(query, analyses)
+            if compared is not None:
+                return yes if compared[0] else no
             present = any(_severity(analyses, c, query) != "none" for c in asked if c in analyses)
             return yes if present != absent else no
         if yes and no and polarity is not None:
@@ -342,7 +345,8 @@ def answer_question(query: str, plan: PlannerOutput, analyses: dict, fused_level
         by_category = {k: named_distortions(v) for k, v in texts.items()}
         graded = {k: _option_grade(v) for k, v in texts.items()}
         if any(by_category.values()) or (asked and any(g is not None for g in graded.values())):
-            return _best_distortion_option(texts, by_category, graded, asked, analyses)
+            return _best_distortion_option(texts, by_category, graded, asked, analyses,
+                                           weaker=_comparative(query) == "weaker")
         by_level = {k: LEVEL_SCORES[letter] for k, v in texts.items() for letter, name in LEVEL_NAMES.items() if name.lower() in v.lower()}
         if by_level:
             target = LEVEL_SCORES[fused_level]
@@ -356,14 +360,57 @@ def answer_question(query: str, plan: PlannerOutput, analyses: dict, fused_level
     if asked:
         # One case for every name in the list (the question's own word "blur" beside the category "Noise" read as a
         # typo); a capital only where the answer starts with the list.
-        found = "; ".join(f"{_name(c, query).lower()}: {_severity(analyses, c, query)}" for c in asked if c in analyses)
-        present = [c for c in asked if c in analyses and _severity(analyses, c, query) != "none"]
+        severities = {c: _severity(analyses, c, query) for c in asked if c in analyses}
+        found = "; ".join(f"{_name(c, query).lower()}: {sev}" for c, sev in severities.items())
+        compared = _comparison(query, analyses)
+        if compared is not None:
+            verdict, sentence = compared
+            return (("Yes — " if verdict else "No — ") if yes_no else sentence + " — ") + found
         if not yes_no:
             return found[:1].upper() + found[1:]
-        return ("Yes — " if bool(present) != absent else "No — ") + found
+        present = any(sev != "none" for sev in severities.values())
+        return ("Yes — " if present != absent else "No — ") + found
     if yes_no and polarity is not None:
         return f"{'Yes' if _good(fused_level) == polarity else 'No'} — quality {LEVEL_NAMES[fused_level].lower()} ({fused_level})"
     return _main_distortion(analyses)
+
+
+# A question comparing two distortions: "Which is worse, the blur or the noise?", "Is there less noise than blur?".
+_STRONGER_WORDS = re.compile(r"\b(?:worse|worst|more|most|stronger|strongest|bigger|biggest|greater|greatest|heavier|"
+                             r"heaviest|dominant|dominates?|prominent)\b", re.I)
+# Not "better" / "best": "Which option best describes it? A. Blurry B. Noisy" asks for the measured damage.
+_WEAKER_WORDS = re.compile(r"\b(?:less|least|milder|mildest|weaker|weakest|smaller|smallest|lighter|lightest|fewer)\b",
+                           re.I)
+# A comparison asks "which" or sets one against the other ("than"): "Is the noise more visible in the dark areas?" is
+# not one.
+_COMPARING = re.compile(r"\b(?:than|which|what)\b", re.I)
+
+
+def _comparative(query: str) -> Optional[str]:
+    """"stronger" or "weaker" when the question asks which damage is worse or milder, else None."""
+    question = _question_text(query)
+    if not _COMPARING.search(question):
+        return None
+    stronger, weaker = bool(_STRONGER_WORDS.search(question)), bool(_WEAKER_WORDS.search(question))
+    return None if stronger == weaker else ("stronger" if stronger else "weaker")
+
+
+def _comparison(query: str, analyses: dict) -> Optional[tuple[bool, str]]:
+    """For a question comparing two distortions it names, (whether the first named is the worse one, or the milder
+    one when asked so; a sentence naming which), else None. Severities are compared, so two measured in the same
+    band are not told apart: their levels are estimates, not perception."""
+    direction = _comparative(query)
+    named = [c for c in named_distortions(_question_text(query), in_text_order=True) if c in analyses]
+    if direction is None or len(named) != 2:
+        return None
+    ranks = [SEVERITY_RANK[_severity(analyses, c, query)] for c in named]
+    first, second = (_name(c, query) for c in named)
+    if ranks[0] == ranks[1]:
+        return False, ("Neither is present" if ranks[0] == 0 else f"{first[:1].upper()}{first[1:]} and {second} measure the same")
+    worse, milder = (first, second) if ranks[0] > ranks[1] else (second, first)
+    if direction == "stronger":
+        return ranks[0] > ranks[1], f"{worse[:1].upper()}{worse[1:]} is worse"
+    return ranks[0] < ranks[1], f"{milder[:1].upper()}{milder[1:]} is milder"
 
 
 def _main_distortion(analyses: dict) -> str:
@@ -429,12 +476,14 @@ def _option_grade(text: str) -> Optional[str]:
     return next((grade for grade, pattern in _OPTION_GRADES if pattern.search(text)), None)
 
 
-def _best_distortion_option(texts: dict, by_category: dict, graded: dict, asked: list, analyses: dict) -> str:
+def _best_distortion_option(texts: dict, by_category: dict, graded: dict, asked: list, analyses: dict,
+                            weaker: bool = False) -> str:
     """The option whose claim the measurements fit best. An option names distortions (else the question's, or for a
     bare "None" / "Good" every distortion the other options name) and claims a grade of them ("Slightly noisy") or,
     without one, that they are present; its measured level and severity are those of the detectors its own words
     mean ("Too dark": under-exposure). A present distortion's option beats a claim of absence, the stronger measured
-    one wins among them, and a graded option wins by how close its grade is to the measured severity."""
+    one wins among them (the milder one when the question asks for it: "Which is less visible?"), and a graded option
+    wins by how close its grade is to the measured severity."""
     named_anywhere = [c for cats in by_category.values() for c in cats]
 
     def measured(key: str) -> tuple[float, str]:
@@ -451,7 +500,7 @@ def _best_distortion_option(texts: dict, by_category: dict, graded: dict, asked:
     def fit(key: str) -> tuple[int, float]:
         level, severity = measured(key)
         if graded[key] is None:  # claims presence: right when present, then the stronger the better
-            return (0 if severity != "none" else 1), -level
+            return (0, level) if weaker else ((0 if severity != "none" else 1), -level)
         return abs(SEVERITY_RANK[severity] - SEVERITY_RANK[graded[key]]), abs(level - _GRADE_LEVEL[graded[key]])
 
     return min(texts, key=fit)
