@@ -467,6 +467,24 @@ def test_a_question_comparing_two_distortions_is_answered_by_which_measures_wors
     assert _answer("Which option best describes the image? A. Blurry B. Noisy", noisy) == "B"
     # Two distortions named without setting one against the other: the usual presence answer.
     assert _answer("Is the noise more visible in the dark areas?", noisy).startswith("Yes — ")
+    # Three named: the worst, or the mildest; a tie is said as one.
+    three = "Which is the most severe distortion: blur, noise or compression?"
+    assert _answer(three, noisy).startswith("Noise is the worst — blur: none; noise: ")
+    assert _answer(three, clean) == "None is present — blur: none; noise: none; compression: none"
+    assert _answer("Which is the mildest: blur, noise or compression?", noisy).startswith("Blur and compression are absent — ")
+
+
+def test_a_question_about_the_quality_gets_the_quality_first(astronaut):
+    """"How is the quality of the face?" was answered with the main distortion alone, and "Is the image better than
+    average?" with the main distortion instead of yes or no."""
+    blurred = sv.analyze(distort(astronaut, "gaussian blur", 4))
+    plan = rule_plan("How is the quality of the face?", has_reference=False)
+    assert answer_question("How is the quality of the face?", plan, blurred, "E") == (
+        "Quality bad (E); the most visible distortion is blur (" + blurred["Blurs"].severity + ").")
+    for query, level, answer in (("Is the image better than average?", "A", "Yes — quality excellent (A)"),
+                                 ("Is the image better than average?", "D", "No — quality poor (D)"),
+                                 ("Is the image below average?", "D", "Yes — quality poor (D)")):
+        assert answer_question(query, rule_plan(query, has_reference=False), blurred, level) == answer
 
 
 def test_narrowed_and_quality_questions_through_the_offline_pipeline(tmp_path, astronaut):
@@ -695,8 +713,9 @@ def test_a_question_about_content_is_not_answered_with_a_distortion(tmp_path, as
         assert answer.startswith("The offline analyst answers quality questions only: quality bad (E); "), (query, answer)
         assert "blur (" in answer and "blurs" not in answer, answer
     # Questions about quality are answered as before.
-    for query in ("What is the main distortion?", "How is the quality?", "Any defects?", "How does the image look?"):
+    for query in ("What is the main distortion?", "Any defects?", "How does the image look?"):
         assert _answer(query, blurred).startswith("The most visible distortion is blur ("), query
+    assert _answer("How is the quality?", blurred).startswith("Quality fair (C); the most visible distortion is blur (")
     assert _answer("Is it blurry?", blurred).startswith("Yes — blur: ")
     assert _answer("Is the photo OK?", blurred).startswith("No — quality ")
     assert _answer("What's wrong with this image?", blurred).startswith("The most visible distortion is blur (")

@@ -336,7 +336,7 @@ def answer_question(query: str, plan: PlannerOutput, analyses: dict, fused_level
         no = next((k for k, v in texts.items() if _NO.match(v)), None)
         if yes and no and asked:
             compared = _comparison(query, analyses)
-            if compared is not None:
+            if compared is not None and compared[0] is not None:
                 return yes if compared[0] else no
             present = any(_severity(analyses, c, query) != "none" for c in asked if c in analyses)
             return yes if present != absent else no
@@ -363,7 +363,7 @@ def answer_question(query: str, plan: PlannerOutput, analyses: dict, fused_level
         severities = {c: _severity(analyses, c, query) for c in asked if c in analyses}
         found = "; ".join(f"{_name(c, query).lower()}: {sev}" for c, sev in severities.items())
         compared = _comparison(query, analyses)
-        if compared is not None:
+        if compared is not None and (compared[0] is not None or not yes_no):
             verdict, sentence = compared
             return (("Yes — " if verdict else "No — ") if yes_no else sentence + " — ") + found
         if not yes_no:
@@ -372,7 +372,10 @@ def answer_question(query: str, plan: PlannerOutput, analyses: dict, fused_level
         return ("Yes — " if present != absent else "No — ") + found
     if yes_no and polarity is not None:
         return f"{'Yes' if _good(fused_level) == polarity else 'No'} — quality {LEVEL_NAMES[fused_level].lower()} ({fused_level})"
-    return _main_distortion(analyses)
+    main = _main_distortion(analyses)
+    if RATING_WORDS.search(_question_text(query)):  # "How is the quality of the face?" asks for the quality first
+        return f"Quality {LEVEL_NAMES[fused_level].lower()} ({fused_level}); {main[0].lower()}{main[1:]}"
+    return main
 
 
 # A question comparing two distortions: "Which is worse, the blur or the noise?", "Is there less noise than blur?".
@@ -395,22 +398,27 @@ def _comparative(query: str) -> Optional[str]:
     return None if stronger == weaker else ("stronger" if stronger else "weaker")
 
 
-def _comparison(query: str, analyses: dict) -> Optional[tuple[bool, str]]:
-    """For a question comparing two distortions it names, (whether the first named is the worse one, or the milder
-    one when asked so; a sentence naming which), else None. Severities are compared, so two measured in the same
-    band are not told apart: their levels are estimates, not perception."""
+def _comparison(query: str, analyses: dict) -> Optional[tuple[Optional[bool], str]]:
+    """For a question comparing distortions it names, (for two of them: whether the first named is the worse one, or
+    the milder one when asked so; a sentence naming which), else None. Severities are compared, so two measured in
+    the same band are not told apart: their levels are estimates, not perception."""
     direction = _comparative(query)
     named = [c for c in named_distortions(_question_text(query), in_text_order=True) if c in analyses]
-    if direction is None or len(named) != 2:
+    if direction is None or len(named) < 2:
         return None
-    ranks = [SEVERITY_RANK[_severity(analyses, c, query)] for c in named]
-    first, second = (_name(c, query) for c in named)
-    if ranks[0] == ranks[1]:
-        return False, ("Neither is present" if ranks[0] == 0 else f"{first[:1].upper()}{first[1:]} and {second} measure the same")
-    worse, milder = (first, second) if ranks[0] > ranks[1] else (second, first)
-    if direction == "stronger":
-        return ranks[0] > ranks[1], f"{worse[:1].upper()}{worse[1:]} is worse"
-    return ranks[0] < ranks[1], f"{milder[:1].upper()}{milder[1:]} is milder"
+    rank = {c: SEVERITY_RANK[_severity(analyses, c, query)] for c in named}
+    best = (max if direction == "stronger" else min)(rank.values())
+    top = [_name(c, query).lower() for c in named if rank[c] == best]
+    if len(set(rank.values())) == 1 and best == 0:
+        sentence = "Neither is present" if len(named) == 2 else "None is present"
+    elif len(top) > 1:
+        sentence = f"{', '.join(top[:-1])} and {top[-1]} {'are absent' if best == 0 else 'measure the same'}"
+    else:
+        word = {("stronger", True): "worse", ("stronger", False): "the worst",
+                ("weaker", True): "milder", ("weaker", False): "the mildest"}[direction, len(named) == 2]
+        sentence = f"{top[0]} is {word}"
+    verdict = rank[named[0]] == best and len(top) == 1 if len(named) == 2 else None
+    return verdict, sentence[:1].upper() + sentence[1:]
 
 
 def _main_distortion(analyses: dict) -> str:
@@ -508,9 +516,9 @@ def _best_distortion_option(texts: dict, by_category: dict, graded: dict, asked:
 
 # Good and bad words: a yes/no question about the quality itself is answered from the level (True: Yes means good); a
 # question about a distortion asked with a good word ("Is the contrast good?") means its absence.
-_GOOD_WORDS = re.compile(r"\b(?:good|fine|ok(?:ay)?|acceptable|decent|excellent|high[- ]quality|usable|clean|great|correct(?:ly)?|"
+_GOOD_WORDS = re.compile(r"\b(?:above[- ]average|better than average|good|fine|ok(?:ay)?|acceptable|decent|excellent|high[- ]quality|usable|clean|great|correct(?:ly)?|"
                          r"proper(?:ly)?|natural|accurate|enough|free|well[- ](?:exposed|lit|balanced|focused))\b", re.I)
-_BAD_WORDS = re.compile(r"\b(?:bad|poor|low[- ]quality|degraded|distorted|damaged|corrupt\w*|defective|flawed|impaired|wrong|problems?)\b", re.I)
+_BAD_WORDS = re.compile(r"\b(?:below[- ]average|worse than average|bad|poor|low[- ]quality|degraded|distorted|damaged|corrupt\w*|defective|flawed|impaired|wrong|problems?)\b", re.I)
 _YES_NO_QUESTION = re.compile(r"^\s*(?:is|are|was|were|does|do|did|has|have|had|can|could|will|would|should)\b", re.I)
 
 
