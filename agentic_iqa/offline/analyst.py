@@ -378,7 +378,7 @@ def answer_question(query: str, plan: PlannerOutput, analyses: dict, fused_level
     return main
 
 
-# A question comparing two distortions: "Which is worse, the blur or the noise?", "Is there less noise than blur?".
+# A question comparing distortions: "Which is worse, the blur or the noise?", "Is there less noise than blur?".
 _STRONGER_WORDS = re.compile(r"\b(?:worse|worst|more|most|stronger|strongest|bigger|biggest|greater|greatest|heavier|"
                              r"heaviest|dominant|dominates?|prominent)\b", re.I)
 # Not "better" / "best": "Which option best describes it? A. Blurry B. Noisy" asks for the measured damage.
@@ -516,9 +516,11 @@ def _best_distortion_option(texts: dict, by_category: dict, graded: dict, asked:
 
 # Good and bad words: a yes/no question about the quality itself is answered from the level (True: Yes means good); a
 # question about a distortion asked with a good word ("Is the contrast good?") means its absence.
-_GOOD_WORDS = re.compile(r"\b(?:above[- ]average|better than average|good|fine|ok(?:ay)?|acceptable|decent|excellent|high[- ]quality|usable|clean|great|correct(?:ly)?|"
-                         r"proper(?:ly)?|natural|accurate|enough|free|well[- ](?:exposed|lit|balanced|focused))\b", re.I)
-_BAD_WORDS = re.compile(r"\b(?:below[- ]average|worse than average|bad|poor|low[- ]quality|degraded|distorted|damaged|corrupt\w*|defective|flawed|impaired|wrong|problems?)\b", re.I)
+_GOOD_WORDS = re.compile(r"\b(?:above[- ]average|better than average|good|fine|ok(?:ay)?|acceptable|decent|excellent|"
+                         r"high[- ]quality|usable|clean|great|correct(?:ly)?|proper(?:ly)?|natural|accurate|enough|free|"
+                         r"well[- ](?:exposed|lit|balanced|focused))\b", re.I)
+_BAD_WORDS = re.compile(r"\b(?:below[- ]average|worse than average|bad|poor|low[- ]quality|degraded|distorted|damaged|"
+                        r"corrupt\w*|defective|flawed|impaired|wrong|problems?)\b", re.I)
 _YES_NO_QUESTION = re.compile(r"^\s*(?:is|are|was|were|does|do|did|has|have|had|can|could|will|would|should)\b", re.I)
 
 
