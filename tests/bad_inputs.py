@@ -89,6 +89,11 @@ def build(folder: Path) -> dict[str, Case]:
     cases["reference of another size, --resize-reference"] = Case(
         [str(good), "--reference", str(small_ref), "--resize-reference"], "same, resizing asked for")
     cases["reference equal to the image"] = Case([str(good), "--reference", str(good)], "the image as its own reference")
+    copy = folder / "good_copy.png"
+    with Image.open(good) as im:
+        im.save(copy)
+    cases["reference equal to the image, another file"] = Case([str(good), "--reference", str(copy)],
+                                                               "the image's pixels saved as a PNG")
 
     locked = folder / "locked.jpg"
     locked.write_bytes(data)

@@ -222,6 +222,15 @@ def test_reference_equal_to_the_image(cases):
     assert any("same file content as the image" in n for n in out["notes"])
 
 
+def test_reference_with_the_same_pixels_in_another_file(cases):
+    """The picture re-saved as a PNG passed unnoticed: only the file bytes were compared."""
+    notes = assessed(cases["reference equal to the image, another file"])["notes"]
+    assert any("the reference has the same pixels as the image (another file of the same picture)" in n for n in notes)
+    assert not any("same file content" in n for n in notes)
+    other = assessed(cases["reference of another size, --resize-reference"])["notes"]
+    assert not any("same pixels" in n or "same file content" in n for n in other)
+
+
 def test_unreadable_permissions(cases):
     """Root reads mode-000 files through its DAC capabilities, so as root the command runs with them
     dropped. A subprocess (the capability set is per process); the CLI gets no further than reading
