@@ -249,7 +249,7 @@ class Assessor:
         label, (width, height) = loaded.label, loaded.size
         image_sha = loaded.sha256 if reference is not None else None
         # The same picture in another file (re-saved, another format) is no reference either: its pixels are compared.
-        image_pixels = _pixel_digest(loaded.pixels) if reference is not None else None
+        image_pixels_sha = loaded.pixels_sha256 if reference is not None else None
         # The decoded pixels are not needed any more (tools and roles read the file themselves): freed before
         # the reference is decoded, so a large pair is never held twice here.
         del loaded
@@ -277,7 +277,7 @@ class Assessor:
                     shown["reference"] = ref.label
                 if ref.sha256 == image_sha:
                     notes.append("the reference is the same file content as the image: full-reference tools will report perfect quality")
-                elif _pixel_digest(ref.pixels) == image_pixels:
+                elif ref.pixels_sha256 == image_pixels_sha:
                     notes.append("the reference has the same pixels as the image (another file of the same picture): "
                                  "full-reference tools will report perfect quality")
             del ref
@@ -303,18 +303,6 @@ ACCEPTED_INPUTS = ("a file path (str or pathlib.Path, or 'example:NAME'), a PIL 
 
 def _in_memory(src: Any) -> bool:
     return not isinstance(src, (str, os.PathLike))
-
-
-def _pixel_digest(pixels) -> str:
-    """A digest of decoded pixels with their shape and type: equal for one picture saved as two files."""
-    import hashlib
-
-    import numpy as np
-
-    pixels = np.ascontiguousarray(pixels)
-    digest = hashlib.blake2b(repr((pixels.shape, str(pixels.dtype))).encode(), digest_size=16)
-    digest.update(pixels.data)  # ~40 ms for a 12 MP photo, beside its decode
-    return digest.hexdigest()
 
 
 def _as_path(src: Any) -> Any:

@@ -104,6 +104,13 @@ class LoadedImage:
         """sha256 of the file bytes (or of array/pixel bytes with dtype and shape for in-memory inputs)."""
         return self.source.sha256
 
+    @cached_property
+    def pixels_sha256(self) -> str:
+        """sha256 of the decoded pixels with their dtype and shape: one picture saved as two files (re-saved, another
+        format) has two `sha256` but one of these (~20 ms for a 12 MP photo)."""
+        px = np.ascontiguousarray(self.pixels)
+        return _sha(f"pixels:{px.dtype.str}:{px.shape}".encode(), px.data)
+
     @property
     def width(self) -> int:
         return self.size[0]

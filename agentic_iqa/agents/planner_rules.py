@@ -79,7 +79,7 @@ def named_distortions(text: str, in_text_order: bool = False) -> list[str]:
     first: dict[str, int] = {}
     for pattern, category in _DISTORTION_WORDS:
         m = re.search(rf"\b(?:{pattern})\b", text, re.I)
-        if m and m.start() < first.get(category, len(text) + 1):
+        if m and category not in first:
             first[category] = m.start()
     return sorted(first, key=first.get) if in_text_order else list(first)
 

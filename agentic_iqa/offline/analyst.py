@@ -362,7 +362,7 @@ def answer_question(query: str, plan: PlannerOutput, analyses: dict, fused_level
         # typo); a capital only where the answer starts with the list.
         severities = {c: _severity(analyses, c, query) for c in asked if c in analyses}
         found = "; ".join(f"{_name(c, query).lower()}: {sev}" for c, sev in severities.items())
-        compared = _comparison(query, analyses)
+        compared = _comparison(query, analyses, severities)
         if compared is not None and (compared[0] is not None or not yes_no):
             verdict, sentence = compared
             return (("Yes — " if verdict else "No — ") if yes_no else sentence + " — ") + found
@@ -398,15 +398,16 @@ def _comparative(query: str) -> Optional[str]:
     return None if stronger == weaker else ("stronger" if stronger else "weaker")
 
 
-def _comparison(query: str, analyses: dict) -> Optional[tuple[Optional[bool], str]]:
+def _comparison(query: str, analyses: dict, severities: Optional[dict] = None) -> Optional[tuple[Optional[bool], str]]:
     """For a question comparing distortions it names, (for two of them: whether the first named is the worse one, or
-    the milder one when asked so; a sentence naming which), else None. Severities are compared, so two measured in
-    the same band are not told apart: their levels are estimates, not perception."""
+    the milder one when asked so; a sentence naming which), else None. Severities are compared (``severities``: those
+    already read, by category), so two measured in the same band are not told apart: their levels are estimates."""
     direction = _comparative(query)
     named = [c for c in named_distortions(_question_text(query), in_text_order=True) if c in analyses]
     if direction is None or len(named) < 2:
         return None
-    rank = {c: SEVERITY_RANK[_severity(analyses, c, query)] for c in named}
+    severities = severities or {}
+    rank = {c: SEVERITY_RANK[severities.get(c) or _severity(analyses, c, query)] for c in named}
     best = (max if direction == "stronger" else min)(rank.values())
     top = [_name(c, query).lower() for c in named if rank[c] == best]
     if len(set(rank.values())) == 1 and best == 0:
