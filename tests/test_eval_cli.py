@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from typer.testing import CliRunner
 
 from agentic_iqa.cli import app
@@ -179,3 +181,73 @@ def test_bench_convert_clive_then_eval_reports_the_correlation_with_mos(tmp_path
                        (["kadid", str(root / "manifest.jsonl")], "no column dist_img, dmos, ref_img")):
         bad = runner.invoke(app, ["bench", "convert", *argv])
         assert bad.exit_code == 2 and says in bad.output and "Traceback" not in bad.output, (argv, bad.output)
+
+
+def _report(res) -> dict:
+    return json.loads(res.stdout[res.stdout.index("{"):res.stdout.rindex("}") + 1])
+
+
+def test_eval_keeps_manifest_paths_inside_its_folder_like_assess(tmp_path):
+    """Before, eval assessed rows with an absolute path or '../x.jpg' (with --lm they went to the model) while
+    `assess --manifest` refused them; now both refuse through the same check, and eval skips the row (exit 3)."""
+    from canned import write_test_image
+
+    data = tmp_path / "data"
+    data.mkdir()
+    write_test_image(data / "in.png", size=(96, 96), fmt="PNG")
+    outside = write_test_image(tmp_path / "secret.png", size=(96, 96), fmt="PNG", seed=1)
+    manifest = data / "m.jsonl"
+    manifest.write_text("".join(json.dumps(r) + "\n" for r in [
+        {"id": "in", "image": "in.png", "mos": 3},
+        {"id": "up", "image": "../secret.png", "mos": 4},
+        {"id": "abs", "image": str(outside), "mos": 2},
+        {"id": "ref", "image": "in.png", "reference": "../secret.png", "mos": 1},
+    ]))
+    runner = CliRunner()
+    res = runner.invoke(app, ["eval", str(manifest), "--offline", "--mode", "nr", "--json", "--no-progress"])
+    assert res.exit_code == 3, res.output
+    report = _report(res)
+    assert report["nr"]["items"] == 1
+    skipped = {s["id"]: s["reason"] for s in report["skipped_rows"]}
+    assert sorted(skipped) == ["abs", "ref", "up"]
+    assert skipped["up"] == (f"image '../secret.png' resolves outside the manifest's folder {data.resolve()}; "
+                             "refused (pass --allow-absolute to allow paths outside it)")
+    assert skipped["ref"].startswith("reference '../secret.png' resolves outside")
+    assert "skipped manifest line 2 (up): image '../secret.png' resolves outside" in " ".join(res.stderr.split())
+    # assess --manifest says the same words (one check, two commands)
+    out = tmp_path / "r.jsonl"
+    runner.invoke(app, ["assess", "--manifest", str(manifest), "--out", str(out), "--offline", "--no-progress"])
+    errors = {json.loads(ln)["id"]: json.loads(ln).get("error") for ln in out.read_text().splitlines()}
+    assert errors["up"] == skipped["up"]
+    allowed = runner.invoke(app, ["eval", str(manifest), "--offline", "--mode", "nr", "--json", "--no-progress",
+                                  "--allow-absolute"])
+    assert allowed.exit_code == 0, allowed.output
+    assert _report(allowed)["nr"]["items"] == 4
+
+
+@pytest.mark.parametrize("limit", ["0", "-3"])
+def test_eval_limit_must_be_at_least_one(tmp_path, limit):
+    """--limit 0 evaluated every row and --limit -3 silently dropped the last three."""
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text('{"id": "a", "image": "a.png", "mos": 3}\n')
+    res = CliRunner().invoke(app, ["eval", str(manifest), "--offline", "--limit", limit])
+    assert res.exit_code == 2, res.output
+    assert "Invalid value for '--limit'" in res.output and "greater than or equal to 1" in res.output
+
+
+def test_bad_json_line_is_reported_once_with_its_column(tmp_path):
+    """json's message "Unterminated string starting at" was followed by "at column 8": "at at"."""
+    from canned import write_test_image
+
+    write_test_image(tmp_path / "a.png", size=(96, 96), fmt="PNG")
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text('{"id": "x\n{"id": "a", "image": "a.png", "mos": 3}\n')
+    runner = CliRunner()
+    res = runner.invoke(app, ["eval", str(manifest), "--offline", "--mode", "nr", "--no-progress"])
+    assert res.exit_code == 3, res.output
+    assert "skipped manifest line 1: bad JSON: Unterminated string starting at column 8" in res.stderr
+    out = tmp_path / "r.jsonl"
+    res = runner.invoke(app, ["assess", "--manifest", str(manifest), "--out", str(out), "--offline", "--no-progress"])
+    assert res.exit_code == 3, res.output
+    text = " ".join(res.stdout.split())
+    assert "line 1: bad JSON: Unterminated string starting at column 8" in text and "at at" not in text

@@ -90,5 +90,5 @@ def test_loop_in_an_eval_manifest_is_named_not_missing(folder):
                         encoding="utf-8")
     r = cli("eval", str(manifest), "--offline")
     text = " ".join(r.output.split())
-    assert "line 1 (a): image loop1: symlink loop" in text, text
+    assert "line 1 (a): image 'loop1': symlink loop" in text, text  # the words of assess --manifest
     assert "missing image file loop1" not in text

@@ -3,7 +3,6 @@ and the resume keys that identify an item's result (`prepare_item`, `config_fing
 """
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import os
@@ -103,14 +102,6 @@ def items_from_paths(
     return items, notes
 
 
-def _inside(path: Path, base: Path) -> bool:
-    try:
-        path.relative_to(base)
-        return True
-    except ValueError:
-        return False
-
-
 def manifest_query(question: Optional[str], options: Optional[Mapping[str, str]]) -> Optional[str]:
     """A manifest row's question with its options appended the way the planner reads them ("A. Yes B. No")."""
     if not question:
@@ -134,7 +125,7 @@ def items_from_manifest(
     not be able to send arbitrary files of this machine to a remote model. Refused rows still become
     items (failed, with the reason), so the results file accounts for every row. A row's question
     (with options) overrides `query`; its other fields are kept as `meta` in the results line."""
-    from agentic_iqa.bench.manifest import read_manifest
+    from agentic_iqa.bench.manifest import path_problem, read_manifest
 
     path = Path(path)
     if not os.path.lexists(path):
@@ -143,23 +134,10 @@ def items_from_manifest(
         rows, problems = read_manifest(path, check_files=False, require_target=False)
     except ValueError as exc:  # missing, not a regular file, too big, not UTF-8: one line naming it
         raise BatchError(str(exc)) from None
-    base = path.parent.resolve()
     items: list[BatchItem] = []
     for row in rows:
-        refused = []
-        for label, value in (("image", row.image), ("reference", row.reference)):
-            if value is None:
-                continue
-            try:
-                target = (path.parent / value).resolve()
-            except (RuntimeError, OSError) as exc:  # Python < 3.13 raises RuntimeError("Symlink loop from ...")
-                loop = isinstance(exc, RuntimeError) or getattr(exc, "errno", None) == errno.ELOOP
-                refused.append(f"{label} {value!r}: " + ("symlink loop (too many levels of symbolic links); fix or remove the link"
-                                                         if loop else f"cannot be resolved ({getattr(exc, 'strerror', None) or exc})"))
-                continue
-            if not allow_outside and not _inside(target, base):
-                refused.append(f"{label} {value!r} resolves outside the manifest's folder {base}; "
-                               "refused (pass --allow-absolute to allow paths outside it)")
+        refused = [p for p in (path_problem(path.parent, label, value, allow_outside)
+                               for label, value in (("image", row.image), ("reference", row.reference))) if p]
         meta = row.model_dump(exclude_none=True, exclude={"image", "reference", "question", "options", "id"})
         if row.question is not None:
             meta["question"] = row.question

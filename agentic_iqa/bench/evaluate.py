@@ -146,8 +146,10 @@ def summarize(items: list[ItemResult]) -> dict:
 
 
 def evaluate(manifest: Path, assessor, *, modes: list[Mode], split: str = "test", limit: Optional[int] = None,
-             concurrency: int = 1, on_item=None, on_start=None) -> tuple[dict, list[ItemResult], list]:
-    rows, problems = read_manifest(manifest)
+             concurrency: int = 1, on_item=None, on_start=None,
+             allow_outside: bool = False) -> tuple[dict, list[ItemResult], list]:
+    """Rows whose paths leave the manifest's folder are skipped unless `allow_outside` (as `assess --manifest`)."""
+    rows, problems = read_manifest(manifest, allow_outside=allow_outside)
     if split != "all":
         chosen = [r for r in rows if r.split == split]
         if rows and not chosen:  # e.g. `bench make --ref chelsea` writes train rows only; the default is test

@@ -160,12 +160,16 @@ def _first_error(exc: ValidationError) -> str:
 MAX_MANIFEST_BYTES = 256 << 20  # 256 MiB: about a million rows
 
 
-def read_manifest(path: str | Path, check_files: bool = True, require_target: bool = True) -> tuple[list[ManifestRow], list[ManifestProblem]]:
+def read_manifest(path: str | Path, check_files: bool = True, require_target: bool = True,
+                  allow_outside: bool = True) -> tuple[list[ManifestRow], list[ManifestProblem]]:
     """Parse a JSONL manifest. Broken rows are skipped and reported with their 1-based line number,
     so one bad line never stops a run. Blank lines and lines starting with '#' are ignored.
 
     `require_target=False` (batch assessment, not evaluation): rows need no level/mos/answer, and a
     row without an id is named by its image path.
+
+    `allow_outside=False`: a row whose image or reference resolves outside the manifest's folder is
+    skipped with the reason (`path_problem`), as `eval` needs before anything is sent to a model.
 
     Only a regular file of at most MAX_MANIFEST_BYTES is read (a FIFO or /dev/zero is refused at once);
     an unreadable or non-UTF-8 manifest raises ValueError with one line naming it."""
@@ -189,7 +193,8 @@ def read_manifest(path: str | Path, check_files: bool = True, require_target: bo
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
-            problems.append(ManifestProblem(lineno, f"bad JSON: {exc.msg} at column {exc.colno}"))
+            # json's own text may end in "at" ("Unterminated string starting at"): the column follows it once
+            problems.append(ManifestProblem(lineno, f"bad JSON: {exc.msg.removesuffix(' at')} at column {exc.colno}"))
             continue
         row_id = data.get("id") if isinstance(data, dict) else None
         if not isinstance(data, dict):
@@ -202,7 +207,10 @@ def read_manifest(path: str | Path, check_files: bool = True, require_target: bo
             problems.append(ManifestProblem(lineno, _first_error(exc), row_id))
             continue
         row._base = base
-        problem = _file_problem(row) if check_files else None
+        problem = None if allow_outside else "; ".join(
+            filter(None, (path_problem(base, label, value) for label, value in (("image", row.image), ("reference", row.reference)))))
+        if check_files and not problem:
+            problem = _file_problem(row)
         if row.id in seen:
             problem = f"duplicate id {row.id!r}"
         if problem:
@@ -216,6 +224,29 @@ def read_manifest(path: str | Path, check_files: bool = True, require_target: bo
             f"manifest {path}: no line is a JSON object ({problems[0]}); a manifest is JSONL, one object per line "
             'such as {"image": "photos/a.jpg"}; to assess a plain list of images, pass the image paths as arguments')
     return rows, problems
+
+
+def path_problem(manifest_dir: Path, label: str, value: Optional[str], allow_outside: bool = False) -> Optional[str]:
+    """Why the manifest path `value` (relative to `manifest_dir`) may not be used, or None.
+
+    A path that resolves outside the manifest's folder (absolute, `..`, or a symlink pointing out) is
+    refused unless `allow_outside`: a manifest from elsewhere must not be able to send arbitrary files of
+    this machine to a remote model. `assess --manifest` and `eval` both check rows here."""
+    import errno
+
+    if value is None:
+        return None
+    try:
+        target = (manifest_dir / value).resolve()
+    except (RuntimeError, OSError) as exc:  # Python < 3.13 raises RuntimeError("Symlink loop from ...")
+        loop = isinstance(exc, RuntimeError) or getattr(exc, "errno", None) == errno.ELOOP
+        return f"{label} {value!r}: " + ("symlink loop (too many levels of symbolic links); fix or remove the link"
+                                         if loop else f"cannot be resolved ({getattr(exc, 'strerror', None) or exc})")
+    base = manifest_dir.resolve()
+    if not allow_outside and not target.is_relative_to(base):
+        return (f"{label} {value!r} resolves outside the manifest's folder {base}; "
+                "refused (pass --allow-absolute to allow paths outside it)")
+    return None
 
 
 def _file_problem(row: ManifestRow) -> Optional[str]:

@@ -16,7 +16,7 @@ from typing import List, Optional
 
 import typer
 
-from agentic_iqa.cli.common import (EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, DEVICE_HELP, NO_PROGRESS_HELP, WEIGHTS_DIR_HELP,
+from agentic_iqa.cli.common import (EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, ALLOW_ABSOLUTE_HELP, DEVICE_HELP, NO_PROGRESS_HELP, WEIGHTS_DIR_HELP,
                                      fail, flag, folding, refuse_empty, unexpected)
 
 
@@ -55,7 +55,7 @@ def assess_command(
     retry_failed: bool = flag("--retry-failed", help="Like --resume, and run again the images that failed before."),
     overwrite: bool = flag("--overwrite", help="Start --out afresh even if it holds results."),
     concurrency: int = typer.Option(4, "--concurrency", "-j", min=1, max=64, help="Images assessed at once (LM calls overlap; tool runs take turns)."),
-    allow_absolute: bool = flag("--allow-absolute", help="Let manifest paths point outside the manifest's folder (absolute paths, '..', symlinks)."),
+    allow_absolute: bool = flag("--allow-absolute", help=ALLOW_ABSOLUTE_HELP),
     with_trace: bool = flag("--with-trace", help="Keep each result's full trace in the results file (with --engine ray: in each row's result)."),
     no_progress: bool = flag("--no-progress", help=NO_PROGRESS_HELP + "; with --engine ray: no Ray progress bars or progress log lines)."),
     # ── scale-out ──

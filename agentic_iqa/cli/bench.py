@@ -11,7 +11,7 @@ import typer
 
 from agentic_iqa.cli.progress import LineProgress
 from agentic_iqa.cli.common import (EXIT_BAD_INPUT, EXIT_PARTIAL, catch_sigint, fail, flag, folding, quiet_dspy_logs, refuse_empty,
-                                     restore_sigint, setup_logging, stop_now, with_tool_options, DEVICE_HELP, NO_PROGRESS_HELP, WEIGHTS_DIR_HELP)
+                                     restore_sigint, setup_logging, stop_now, with_tool_options, ALLOW_ABSOLUTE_HELP, DEVICE_HELP, NO_PROGRESS_HELP, WEIGHTS_DIR_HELP)
 
 app = typer.Typer(help="Make the synthetic benchmark, or a manifest for a public data set.", no_args_is_help=True,
                   add_completion=False)
@@ -76,7 +76,10 @@ def convert_command(
         message = str(exc) if str(source) in str(exc) else f"{source}: {exc}"
         fail(escape(message), EXIT_BAD_INPUT)
     n = sum(1 for _ in path.open(encoding="utf-8"))
-    typer.echo(f"wrote {n} rows to {path}; next: agentic-iqa eval --offline --mode nr {path}")
+    # eval keeps a manifest's paths inside its folder: a manifest written elsewhere (--out) needs the option
+    data = source.resolve() if source.is_dir() else source.resolve().parent
+    outside = " --allow-absolute" if not data.is_relative_to(path.parent.resolve()) else ""
+    typer.echo(f"wrote {n} rows to {path}; next: agentic-iqa eval --offline --mode nr{outside} {path}")
 
 
 def _unknown(what: str, unknown: list[str], valid) -> str:
@@ -96,7 +99,7 @@ def eval_command(
     manifest: Path = typer.Argument(..., help="JSONL manifest (see `agentic_iqa.bench.manifest`)."),
     mode: str = typer.Option("both", "--mode", help="nr | fr | both: assess without and/or with the reference."),
     split: str = typer.Option("test", "--split", help="test | train | all rows of the manifest."),
-    limit: Optional[int] = typer.Option(None, "--limit", help="Only the first N rows (after the split filter)."),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Only the first N rows (after the split filter)."),
     lm: Optional[str] = typer.Option(None, "--lm", help="DSPy model string; default: the configured LM, else offline.",
                                      callback=refuse_empty),
     api_base: Optional[str] = typer.Option(None, "--api-base", help="Base URL of an OpenAI-compatible server.",
@@ -110,6 +113,7 @@ def eval_command(
     plot_path: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG of score vs level per type."),
     verbose: bool = flag("--verbose", "-v", help="Show log lines (INFO and above) while evaluating."),
     no_progress: bool = flag("--no-progress", help=NO_PROGRESS_HELP + ")."),
+    allow_absolute: bool = flag("--allow-absolute", help=ALLOW_ABSOLUTE_HELP),
 ) -> None:
     """Assess every manifest row and report SRCC/KRCC/PLCC, intra-group SRCC, detection and MCQ accuracy."""
     from rich.console import Console
@@ -156,7 +160,7 @@ def eval_command(
         try:
             report, items, problems = ev.evaluate(
                 manifest, assessor, modes=modes, split=split, limit=limit, concurrency=concurrency,
-                on_item=on_item, on_start=on_start)
+                on_item=on_item, on_start=on_start, allow_outside=allow_absolute)
         except KeyboardInterrupt:
             progress.stop()
             stop_now("eval stopped; no report (run it again, or with --limit N for a part)")

@@ -41,6 +41,9 @@ def refuse_empty(ctx: typer.Context, param: typer.CallbackParam, value: Optional
 #: `--no-progress`, shared by `assess` and `eval` (assess adds what it means with --engine ray).
 NO_PROGRESS_HELP = "No progress on stderr (a bar on a terminal, else a line per 5 % of the images or per 10 s"
 
+#: `--allow-absolute`, shared by `assess --manifest` and `eval`.
+ALLOW_ABSOLUTE_HELP = "Let manifest paths point outside the manifest's folder (absolute paths, '..', symlinks)."
+
 #: `--device` / `--weights-dir`, shared by `assess`, `eval` and `tools run`.
 DEVICE_HELP = "Where the tools run: auto (CUDA, MPS, CPU), cpu, cuda, cuda:N, mps. Default: tools.device in the config."
 WEIGHTS_DIR_HELP = "Extra folder holding tools' pyiqa checkpoints. Default: tools.weights_dir in the config."
