@@ -291,7 +291,8 @@ def tools_only_summary(ctx: AssessmentContext, evidence: ExecutorOutput) -> Summ
     reasoning = f"Only tool scores were available: the score rests on {basis}."
     if not ctx.scoring:
         return SummarizerOutput(final_answer="Unable to answer reliably: no summarizer could run.", quality_reasoning=reasoning)
-    return SummarizerOutput.from_fusion(fused, reasoning, "tools only (summarizer failed)", prob_mode="uniform")
+    return SummarizerOutput.from_fusion(fused, reasoning, "tools only (summarizer failed)", prob_mode="uniform",
+                                        query=ctx.query)
 
 
 def _null(key: str, stage: str, instead: str):

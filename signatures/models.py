@@ -606,6 +606,23 @@ def _prob_key(key: Any) -> str:
     raise ValueError(f"probability key {key!r} is not a level; use '1'..'5' (or 'A'..'E', A = 5)")
 
 
+# A rating asked on another scale: "from 1 to 10", "0-100", "out of 10", "/100", "as a percentage".
+_ASKED_SCALE = re.compile(r"\b(?:from\s+)?([01])\s*(?:-|–|to)\s*(10|100)\b|(?:\bout\s+of|/)\s*(10|100)\b"
+                          r"|\bpercent(?:age)?\b", re.I)
+
+
+def on_asked_scale(score: float, query: str) -> str:
+    """", 9.6 on the 1–10 scale asked" for a 1–5 score when the query asks for a rating on another scale (linear:
+    1 → the scale's bottom, 5 → its top; "out of 10" and percentages count from 0), else ""."""
+    m = _ASKED_SCALE.search(query or "")
+    if not m:
+        return ""
+    top = int(next((g for g in m.groups()[1:] if g), "100"))
+    bottom = int(m.group(1)) if m.group(1) else 0
+    value = bottom + (score - 1.0) / 4.0 * (top - bottom)
+    return f", {value:.{1 if top == 10 else 0}f} on the {bottom}–{top} scale asked"
+
+
 class SummarizerOutput(BaseModel):
     """The final answer and, for scoring, the level, the score and how its probabilities were obtained.
 
@@ -629,12 +646,14 @@ class SummarizerOutput(BaseModel):
     @classmethod
     def from_fusion(
         cls, fused: Any, reasoning: str, prob_source: str, *, prob_mode: Optional[str] = None,
-        need_replan: bool = False, replan_reason: Optional[str] = None,
+        need_replan: bool = False, replan_reason: Optional[str] = None, query: str = "",
     ) -> "SummarizerOutput":
         """The scoring answer from a score-fusion result (`agentic_iqa.fusion.FusionResult`: `level`,
-        `score`, `probabilities()`, `prob_mode_used`): one wording for every backend."""
+        `score`, `probabilities()`, `prob_mode_used`): one wording for every backend; a rating asked on another
+        scale ("from 1 to 10", "out of 100") also gets the score on it."""
         return cls(
-            final_answer=f"{fused.level} ({LEVEL_NAMES[fused.level]}), score {fused.score:.2f}/5",
+            final_answer=f"{fused.level} ({LEVEL_NAMES[fused.level]}), score {fused.score:.2f}/5"
+                         + on_asked_scale(fused.score, query),
             quality_reasoning=reasoning,
             need_replan=need_replan,
             replan_reason=replan_reason if need_replan else None,

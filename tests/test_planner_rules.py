@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentic_iqa.agents.planner_rules import mcq_options, named_distortions, rule_plan
+from agentic_iqa.agents.planner_rules import mcq_options, named_distortions, question_part, rule_plan
 
 TOOLS = ["TOPIQ_FR", "QAlign", "LPIPS", "PSNR", "PIQE", "MS-SSIM"]
 F = lambda d, a, s, e: {"distortion_detection": d, "distortion_analysis": a, "tool_selection": s, "tool_execution": e}  # noqa: E731
@@ -32,6 +32,26 @@ def test_mcq_options_are_parsed():
     assert mcq_options("Is it blurry? A. Yes B. No") == {"A": "Yes", "B": "No"}
     assert mcq_options("Rate it. A) Good B) Bad C) Fair") == {"A": "Good", "B": "Bad", "C": "Fair"}
     assert mcq_options("Rate this photo") == {}
+
+
+@pytest.mark.parametrize("query,options", [
+    # Labels as people write them; these were read as no options (a Yes/No answer instead of a label).
+    ("Is it blurry? A: Yes B: No", {"A": "Yes", "B": "No"}),
+    ("Is it blurry? [A] Yes [B] No", {"A": "Yes", "B": "No"}),
+    ("is it blurry? a. yes b. no", {"a": "yes", "b": "no"}),
+    ("Is it blurry?\n(a) yes\n(b) no", {"a": "yes", "b": "no"}),
+    ("Is it blurry? 1. Yes 2. No", {"1": "Yes", "2": "No"}),
+    ("Choose: (1) sharp (2) blurry", {"1": "sharp", "2": "blurry"}),
+    ("Is it blurry? B. No A. Yes", {"B": "No", "A": "Yes"}),  # capitals in any order, as before
+    # Small letters and numbers must run in order from the first: these are sentences, not options.
+    ("Rate the quality from 1 to 10", {}),
+    ("It is 1.5 stops under. Is it dark?", {}),
+    ("Is it a. blurry?", {}),
+    ("Rate it 2. Or 3. Is it blurry?", {}),
+])
+def test_mcq_options_in_the_forms_people_write(query, options):
+    assert mcq_options(query) == options
+    assert all(text not in question_part(query) for text in options.values())  # the question without its options
 
 
 @pytest.mark.parametrize("query,scope", [

@@ -20,8 +20,8 @@ from signatures.models import (
 _DISTORTION_WORDS: list[tuple[str, str]] = [
     # Sharpness is the opposite of blur: "is it sharp / crisp / in focus?" is asked of the blur evidence;
     # only over-sharpening (sharpened, halos) is the spec's "Sharpness" distortion.
-    (r"blur\w*|out[- ]of[- ]focus|defocus\w*|motion[- ]blur|smear\w*|fuzzy|(?<!over-)(?<!over)sharp(?:ness|ly|er|est)?|"
-     r"crisp\w*|in[- ]focus|detail\w*|pixelat\w*", "Blurs"),  # pixelation: the Blurs category's pixelate detector
+    (r"blur\w*|out[- ]of[- ]focus|defocus\w*|motion[- ]blur|smear\w*|fuzzy|soft(?:ness)?|unsharp|"
+     r"(?<!over-)(?<!over)sharp(?:ness|ly|er|est)?|crisp\w*|in[- ]focus|focus(?:ed|ing)?|detail\w*|pixelat\w*", "Blurs"),  # pixelation: the Blurs category's pixelate detector
     (r"nois\w*|grain\w*|speckle\w*|salt[- ]and[- ]pepper", "Noise"),
     (r"jpe?g\w*|compress\w*|block\w*|artifact\w*|artefact\w*|mosquito", "Compression"),
     (r"bright\w*|dark\w*|(?:over-?|under-?)?expos(?:ed|ure)|dim|illuminat\w*|lighting|(?:well|under|over|poorly|dimly)[- ]?lit|"
@@ -57,20 +57,41 @@ _NOT_OBJECTS = {
     "is", "are", "a", "an", "any", "this", "that", "there", "with", "look", "looks", "same", "very", "more",
     "less", "left", "right", "top", "bottom", "first", "second", "other", "given", "above", "below", "way",
     "visual", "perceived", "perceptual", "general", "technical", "amount", "degree", "severity", "level",
+    "on", "in", "at", "to", "for", "of", "as", "by", "from", "into", "onto", "online",  # "post this on Instagram"
 }
-# "A. Yes", "A) Yes" or "(A) Yes", one per line or inline.
-_MCQ_OPTION = re.compile(r"(?:^|\s)\(?([A-F])[.)]\s*([^\n]+?)(?=\s+\(?[A-F][.)]\s|$)", re.S | re.M)
+# Nouns for the picture: the word before one describes the picture ("the distorted image", "this old photo").
+_PICTURE_NOUNS = re.compile(r"\s+(?:image|photo|photograph|picture|pic|shot|frame|version|one|copy)\b", re.I)
+# Option labels as people write them: "A. Yes", "A) Yes", "(A) Yes", "[A] Yes", "A: Yes", one per line or inline, in
+# capitals, small letters ("a. yes b. no") or numbers ("1. Yes 2. No", "(1) sharp (2) blurry"). Small letters and
+# numbers need a space after the label ("1.5 stops" is no option).
+_LABEL_KINDS = ("ABCDEF", "abcdef", "123456")
+_MCQ_OPTIONS = tuple(
+    re.compile(rf"(?:^|\s)[(\[]?([{kind}])(?:[.):\]]|\]:?)\s{'*' if kind.isupper() else '+'}([^\n]+?)"
+               rf"(?=\s+[(\[]?[{kind}](?:[.):\]]|\]:?)\s|$)", re.S | re.M)
+    for kind in _LABEL_KINDS)
+
+
+def _option_matches(query: str) -> list[re.Match]:
+    """The options' matches: at least two capitals (the spec's MCQs), else small letters or numbers that run in
+    order from "a" or "1" (so that "a." or "2." in a sentence is not read as a label); else none."""
+    for kind, pattern in zip(_LABEL_KINDS, _MCQ_OPTIONS):
+        found = list(pattern.finditer(query))
+        labels = [m.group(1) for m in found]
+        if len(found) >= 2 and (labels == list(kind[: len(found)]) or kind.isupper()):
+            return found
+    return []
 
 
 def mcq_options(query: str) -> dict[str, str]:
-    """{'A': 'Yes', 'B': 'No'} for 'Is it blurry? A. Yes B. No'; {} when the query has no options."""
-    found = {m.group(1): m.group(2).strip().rstrip(",;") for m in _MCQ_OPTION.finditer(query)}
-    return found if len(found) >= 2 else {}
+    """{'A': 'Yes', 'B': 'No'} for 'Is it blurry? A. Yes B. No' ({'1': 'Yes', '2': 'No'} for '1. Yes 2. No');
+    {} when the query has no options."""
+    return {m.group(1): m.group(2).strip().rstrip(",;") for m in _option_matches(query)}
 
 
-def _question_part(query: str) -> str:
-    opts = list(_MCQ_OPTION.finditer(query))
-    return query[: opts[0].start()] if len(opts) >= 2 else query
+def question_part(query: str) -> str:
+    """The question without its options."""
+    opts = _option_matches(query)
+    return query[: opts[0].start()] if opts else query
 
 
 def named_distortions(text: str, in_text_order: bool = False) -> list[str]:
@@ -124,7 +145,7 @@ def named_regions(text: str, exclude: Iterable[str] = ()) -> list[str]:
         if regions and re.search(r"\bof\s*$", text[: m.start()], re.I):
             continue  # "the face of the man": the region is the face (but "the quality of the sky": the sky)
         word = (m.group(2) or m.group(1)).lower()
-        if not _object_word(word, excluded):
+        if not _object_word(word, excluded) or (not m.group(2) and _PICTURE_NOUNS.match(text, m.end())):
             continue
         phrase, taken = word, m.end()
         loc = _LOCATION.match(text, m.end())
@@ -136,13 +157,13 @@ def named_regions(text: str, exclude: Iterable[str] = ()) -> list[str]:
 
 
 _SHARP_WORDS = re.compile(r"\b(?:(?<!over-)(?<!over)sharp(?:ness|ly|er|est)?|crisp\w*|in[- ]focus)\b", re.I)
-_BLUR_WORDS = re.compile(r"\b(?:blur\w*|out[- ]of[- ]focus|defocus\w*|smear\w*|fuzzy|soft)\b", re.I)
+_BLUR_WORDS = re.compile(r"\b(?:blur\w*|out[- ]of[- ]focus|defocus\w*|smear\w*|fuzzy|soft(?:ness)?|unsharp)\b", re.I)
 
 
 def asks_sharpness(query: str) -> bool:
     """True when the question asks whether the image is sharp (answered as "not blurred"), not whether
     it is blurry or over-sharpened: 'Is the image sharp?', 'Is the face in focus?'."""
-    question = _question_part(query)
+    question = question_part(query)
     return bool(_SHARP_WORDS.search(question)) and not _BLUR_WORDS.search(question)
 
 
@@ -156,7 +177,7 @@ def named_tools(text: str, tool_names: Iterable[str]) -> list[str]:
 def rule_decision(query: str, tool_names: Iterable[str] = ()) -> PlannerDecision:
     """DESIGN §3's planner, applied to the words of the query."""
     tool_names = list(tool_names)
-    question = _question_part(query)
+    question = question_part(query)
     options = mcq_options(query)
     distortions = named_distortions(question) + [
         c for text in options.values() for c in named_distortions(text)

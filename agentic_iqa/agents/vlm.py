@@ -211,5 +211,5 @@ class VLMRoles:
             fused, pred.quality_reasoning,
             f"VLM chose {pred.level}; {fused.prob_note}; tool mean "
             + (f"{fused.qbar:.2f} from {len(scores)} score(s)" if fused.qbar is not None else "n/a (no tool scores)"),
-            need_replan=need_replan, replan_reason=reason,
+            need_replan=need_replan, replan_reason=reason, query=ctx.query,
         )

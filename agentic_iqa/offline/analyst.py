@@ -26,7 +26,14 @@ from pathlib import Path
 from typing import Optional
 
 from agentic_iqa.agents.context import AssessmentContext
-from agentic_iqa.agents.planner_rules import RATING_WORDS, asks_sharpness, mcq_options, named_distortions, rule_plan
+from agentic_iqa.agents.planner_rules import (
+    RATING_WORDS,
+    asks_sharpness,
+    mcq_options,
+    named_distortions,
+    question_part,
+    rule_plan,
+)
 from agentic_iqa.agents.tool_execution import unique_tool_scores
 from agentic_iqa.fusion import ScoreFusion
 from signatures.models import (
@@ -147,13 +154,11 @@ class OfflineRoles:
             return SummarizerOutput.from_fusion(
                 fused, reasoning,
                 fused.prob_note + (f"; tool mean {fused.qbar:.2f} from {len(scores)} score(s)" if fused.qbar is not None else "; no tool scores"),
-                prob_mode="analyst",
+                prob_mode="analyst", query=ctx.query,
             )
         answer = answer_question(ctx.query, plan, analyses, fused.level)
         if not asks_about_quality(ctx.query, plan):  # "What animal is in the picture?": say what it can't answer
-            reasoning = (("The offline analyst answers questions about image quality only and cannot see what the"
-                          f" picture shows, so {answer} is no answer to it" if mcq_options(ctx.query) else
-                          "The offline analyst cannot see what the picture shows") + "; a VLM (--lm) can. ") + reasoning
+            reasoning = "The offline analyst cannot see what the picture shows; a VLM (--lm) can. " + reasoning
         return SummarizerOutput(final_answer=answer, quality_reasoning=reasoning)
 
 
@@ -324,12 +329,17 @@ def _reasoning(analyses: dict, evidence: ExecutorOutput, fused, expected: float,
 def answer_question(query: str, plan: PlannerOutput, analyses: dict, fused_level: str) -> str:
     """Answer a multiple-choice, yes/no or open question about distortions from the measured severities,
     and a yes/no question about the quality itself ("Is it of good quality?") from the fused level."""
+    if not asks_about_quality(query, plan):  # "What animal is this? A. Dog B. Cat": no letter is a guess it can stand by
+        main = _main_distortion(analyses)
+        return (f"The offline analyst answers quality questions only: quality {LEVEL_NAMES[fused_level].lower()}"
+                f" ({fused_level}); {main[0].lower()}{main[1:]}")
     options = mcq_options(query)
     asked = [c for dists in (plan.distortions or {}).values() for c in dists] or named_distortions(query)
     # Asked the positive way, Yes means the damage is absent: "Is it sharp?" = "is it free of blur?", "Is the contrast
-    # good?" = "is there no contrast loss?".
+    # good?" = "is there no contrast loss?". A negation turns Yes round: "Is there no blur?", "Does it lack sharpness?".
     polarity = _quality_polarity(query)
-    absent = asks_sharpness(query) or polarity is True
+    negated = _negated(query)
+    absent = (asks_sharpness(query) or polarity is True) != negated
     if options:
         texts = {k: v.strip().rstrip(".?") for k, v in options.items()}
         yes = next((k for k, v in texts.items() if _YES.match(v)), None)
@@ -337,26 +347,29 @@ def answer_question(query: str, plan: PlannerOutput, analyses: dict, fused_level
         if yes and no and asked:
             compared = _comparison(query, analyses)
             if compared is not None and compared[0] is not None:
-                return yes if compared[0] else no
-            present = any(_severity(analyses, c, query) != "none" for c in asked if c in analyses)
-            return yes if present != absent else no
+                return yes if compared[0] != negated else no
+            severities = {c: _severity(analyses, c, query) for c in asked if c in analyses}
+            return yes if _present(severities, query, absent) != absent else no
         if yes and no and polarity is not None:
-            return yes if _good(fused_level) == polarity else no
+            return yes if (_good(fused_level) == polarity) != negated else no
+        by_level = {k: LEVEL_SCORES[letter] for k, v in texts.items() for letter, name in LEVEL_NAMES.items()
+                    if re.search(rf"\b{name}\b", v, re.I)}
+        if by_level and asked and len(by_level) == len(texts):
+            # "How sharp is it? A. Excellent … E. Bad": the asked attribute's grade, from its damage's severity.
+            worst = max(SEVERITY_RANK[_severity(analyses, c, query)] for c in asked if c in analyses) if any(
+                c in analyses for c in asked) else 0
+            target = LEVEL_SCORES[_LEVEL_OF_SEVERITY[worst]]
+            return min(by_level, key=lambda k: abs(by_level[k] - target))
         by_category = {k: named_distortions(v) for k, v in texts.items()}
         graded = {k: _option_grade(v) for k, v in texts.items()}
         if any(by_category.values()) or (asked and any(g is not None for g in graded.values())):
             return _best_distortion_option(texts, by_category, graded, asked, analyses,
                                            weaker=_comparative(query) == "weaker")
-        by_level = {k: LEVEL_SCORES[letter] for k, v in texts.items() for letter, name in LEVEL_NAMES.items() if name.lower() in v.lower()}
         if by_level:
             target = LEVEL_SCORES[fused_level]
             return min(by_level, key=lambda k: abs(by_level[k] - target))
         return next(iter(texts))  # no option the measurements can speak to; the reasoning says what was measured
-    if not asks_about_quality(query, plan):
-        main = _main_distortion(analyses)
-        return (f"The offline analyst answers quality questions only: quality {LEVEL_NAMES[fused_level].lower()}"
-                f" ({fused_level}); {main[0].lower()}{main[1:]}")
-    yes_no = bool(_YES_NO_QUESTION.match(_question_text(query)))
+    yes_no = bool(_YES_NO_QUESTION.match(question_part(query)))
     if asked:
         # One case for every name in the list (the question's own word "blur" beside the category "Noise" read as a
         # typo); a capital only where the answer starts with the list.
@@ -365,17 +378,40 @@ def answer_question(query: str, plan: PlannerOutput, analyses: dict, fused_level
         compared = _comparison(query, analyses, severities)
         if compared is not None and (compared[0] is not None or not yes_no):
             verdict, sentence = compared
-            return (("Yes — " if verdict else "No — ") if yes_no else sentence + " — ") + found
+            return (("Yes — " if verdict != negated else "No — ") if yes_no else sentence + " — ") + found
         if not yes_no:
             return found[:1].upper() + found[1:]
-        present = any(sev != "none" for sev in severities.values())
-        return ("Yes — " if present != absent else "No — ") + found
+        return ("Yes — " if _present(severities, query, absent) != absent else "No — ") + found
     if yes_no and polarity is not None:
-        return f"{'Yes' if _good(fused_level) == polarity else 'No'} — quality {LEVEL_NAMES[fused_level].lower()} ({fused_level})"
+        good = (_good(fused_level) == polarity) != negated
+        return f"{'Yes' if good else 'No'} — quality {LEVEL_NAMES[fused_level].lower()} ({fused_level})"
     main = _main_distortion(analyses)
-    if RATING_WORDS.search(_question_text(query)):  # "How is the quality of the face?" asks for the quality first
+    if RATING_WORDS.search(question_part(query)) or re.match(r"\s*how\b", query, re.I):
+        # "How is the quality of the face?", "How similar is it to the reference?" ask for the quality first
         return f"Quality {LEVEL_NAMES[fused_level].lower()} ({fused_level}); {main[0].lower()}{main[1:]}"
     return main
+
+
+# The level an attribute gets from the severity of its damage: "How sharp is it?" with no blur is Excellent.
+_LEVEL_OF_SEVERITY = {0: "A", 1: "B", 2: "C", 3: "D", 4: "E"}
+
+# A negation in the question ("Is there no blur?", "Is it not blurry?", "Does it lack detail?"), not "… or not?",
+# "yes or no", "if not" nor a contracted "Isn't it blurry?", which asks whether it is.
+_NEGATION = re.compile(r"\b(?:not|no|never|lacks?|lacking|without)\b", re.I)
+_NOT_A_NEGATION = re.compile(r"\b(?:or|if|whether)\s+(?:not|no)\b|\bnot\s+only\b|\bno\s+matter\b", re.I)
+
+
+def _negated(query: str) -> bool:
+    return bool(_NEGATION.search(_NOT_A_NEGATION.sub(" ", question_part(query))))
+
+
+def _present(severities: dict, query: str, absent: bool) -> bool:
+    """Whether the asked damage is present: any of it, or, for "Is it noisy and blurry?", all of it ("Is it free of
+    noise and blur?" is still answered by any: Yes only when none is present)."""
+    found = [sev != "none" for sev in severities.values()]
+    conjunctive = len(found) > 1 and not absent and re.search(r"\band\b", question_part(query), re.I) \
+        and not re.search(r"\bor\b", question_part(query), re.I)
+    return all(found) if conjunctive else any(found)
 
 
 # A question comparing distortions: "Which is worse, the blur or the noise?", "Is there less noise than blur?".
@@ -391,7 +427,7 @@ _COMPARING = re.compile(r"\b(?:than|which|what)\b", re.I)
 
 def _comparative(query: str) -> Optional[str]:
     """"stronger" or "weaker" when the question asks which damage is worse or milder, else None."""
-    question = _question_text(query)
+    question = question_part(query)
     if not _COMPARING.search(question):
         return None
     stronger, weaker = bool(_STRONGER_WORDS.search(question)), bool(_WEAKER_WORDS.search(question))
@@ -403,7 +439,7 @@ def _comparison(query: str, analyses: dict, severities: Optional[dict] = None) -
     the milder one when asked so; a sentence naming which), else None. Severities are compared (``severities``: those
     already read, by category), so two measured in the same band are not told apart: their levels are estimates."""
     direction = _comparative(query)
-    named = [c for c in named_distortions(_question_text(query), in_text_order=True) if c in analyses]
+    named = [c for c in named_distortions(question_part(query), in_text_order=True) if c in analyses]
     if direction is None or len(named) < 2:
         return None
     severities = severities or {}
@@ -433,7 +469,7 @@ def _main_distortion(analyses: dict) -> str:
 # "Any artifacts?") make any question one; the others ("What's wrong?" is a bad word) unless the planner files it as
 # "Other" (aesthetics, content: "Is the composition better?").
 _DAMAGE_TALK = re.compile(r"\b(?:distort\w*|artifact\w*|artefact\w*|defect\w*|damage\w*|degrad\w*|flaw\w*)", re.I)
-_QUALITY_TALK = re.compile(r"\b(?:issues?|clear|clarity|resolution|fidelity|better|worse|best|worst|fair|"
+_QUALITY_TALK = re.compile(r"\b(?:issues?|clear|clarity|resolution|fidelity|similar\w*|better|worse|best|worst|fair|"
                            r"how\b.*\blooks?)\b", re.I)
 
 
@@ -475,13 +511,15 @@ _OPTION_GRADES = (
     ("extreme", re.compile(r"\b(?:extreme(?:ly)?|complete(?:ly)?|total(?:ly)?|unusabl[ey])\b", re.I)),
     ("severe", re.compile(r"\b(?:very|severe(?:ly)?|heav(?:y|ily)|strong(?:ly)?|serious(?:ly)?|significant(?:ly)?|"
                           r"bad(?:ly)?|major|a lot)\b", re.I)),
-    ("moderate", re.compile(r"\b(?:moderate(?:ly)?|noticeabl[ey]|fairly|quite|medium|clearly)\b", re.I)),
+    ("moderate", re.compile(r"\b(?:moderate(?:ly)?|noticeabl[ey]|fairly|quite|medium|average|clearly)\b", re.I)),
     ("slight", re.compile(r"\b(?:slight(?:ly)?|mild(?:ly)?|a (?:little|bit)|minor|barely|faint(?:ly)?|somewhat)\b", re.I)),
 )
 _GRADE_LEVEL = {"none": 0.0, "slight": 1.5, "moderate": 3.0, "severe": 4.0, "extreme": 5.0}  # mid-points of the severity bands
 
 
 def _option_grade(text: str) -> Optional[str]:
+    if asks_sharpness(text):  # "Sharp", "Very sharp", "In focus": no blur
+        return "none"
     return next((grade for grade, pattern in _OPTION_GRADES if pattern.search(text)), None)
 
 
@@ -494,9 +532,15 @@ def _best_distortion_option(texts: dict, by_category: dict, graded: dict, asked:
     one wins among them (the milder one when the question asks for it: "Which is less visible?"), and a graded option
     wins by how close its grade is to the measured severity."""
     named_anywhere = [c for cats in by_category.values() for c in cats]
+    # On a graded scale ("Sharp / Blurry / Very blurry") the plain option is the middle grade, not any presence.
+    scale = any(g not in (None, "none") for g in graded.values())
+    graded = {k: ("moderate" if g is None and scale else g) for k, g in graded.items()}
 
     def measured(key: str) -> tuple[float, str]:
+        bare_none = not by_category[key] and graded[key] == "none"
         cats = by_category[key] or (asked if graded[key] not in (None, "none") else asked or named_anywhere)
+        if bare_none:  # a bare "None" claims no damage at all: one the options do not name counts once it is clear
+            cats = list(cats) + [c for c, a in analyses.items() if SEVERITY_RANK[a.severity] >= SEVERITY_RANK["moderate"]]
         found = []
         for c in dict.fromkeys(cats):
             if c not in analyses:
@@ -518,26 +562,23 @@ def _best_distortion_option(texts: dict, by_category: dict, graded: dict, asked:
 # Good and bad words: a yes/no question about the quality itself is answered from the level (True: Yes means good); a
 # question about a distortion asked with a good word ("Is the contrast good?") means its absence.
 _GOOD_WORDS = re.compile(r"\b(?:above[- ]average|better than average|good|fine|ok(?:ay)?|acceptable|decent|excellent|"
-                         r"high[- ]quality|usable|clean|great|correct(?:ly)?|proper(?:ly)?|natural|accurate|enough|free|"
+                         r"high[- ]quality|usable|suitable|clean|clear|great|correct(?:ly)?|proper(?:ly)?|natural|"
+                         r"accurate|enough|free|"
                          r"well[- ](?:exposed|lit|balanced|focused))\b", re.I)
 _BAD_WORDS = re.compile(r"\b(?:below[- ]average|worse than average|bad|poor|low[- ]quality|degraded|distorted|damaged|"
                         r"corrupt\w*|defective|flawed|impaired|wrong|problems?)\b", re.I)
-_YES_NO_QUESTION = re.compile(r"^\s*(?:is|are|was|were|does|do|did|has|have|had|can|could|will|would|should)\b", re.I)
+_YES_NO_QUESTION = re.compile(r"^\s*(?:(?:is|are|was|were|does|do|did|has|have|had|can|could|will|would|should)\b|"
+                              r"(?:isn|aren|wasn|weren|doesn|don|didn|hasn|haven|hadn|can|couldn|won|wouldn|shouldn)['’]t\b)",
+                              re.I)
 
 
 def _good(fused_level: str) -> bool:
     return LEVEL_SCORES[fused_level] >= LEVEL_SCORES["B"]  # Excellent or Good
 
 
-def _question_text(query: str) -> str:
-    """The question without its options ("A. Yes B. No")."""
-    m = re.search(r"(?:^|\s)\(?A[.)]\s", query)
-    return query[: m.start()] if m else query
-
-
 def _quality_polarity(query: str) -> Optional[bool]:
     """True when the question is asked with a good word only, False with a bad word only, else None."""
-    question = _question_text(query)
+    question = question_part(query)
     good, bad = bool(_GOOD_WORDS.search(question)), bool(_BAD_WORDS.search(question))
     return None if good == bad else good
 
@@ -550,6 +591,7 @@ def _quality_polarity(query: str) -> Optional[bool]:
 _MEANINGS: tuple[tuple[str, Optional[re.Pattern], tuple[str, ...], str], ...] = tuple(
     (category, re.compile(words, re.I) if words else None, detectors, name) for category, words, detectors, name in (
         ("Blurs", r"\bpixelat", ("pixelate",), "pixelation"),
+        ("Blurs", r"\b(?:motion|camera[- ]shake|shak(?:e|en|y|ing)|moving|movement)\b", ("motion",), "motion blur"),
         ("Blurs", None, ("blur", "motion"), "blur"),
         # "bright enough?" and "enough light?" ask whether it is too dark (an over-exposed photo is bright enough).
         ("Brightness change", r"\b(?:dark\w*|dim\w*|under-?expos\w*|bright\w*\s+enough|enough\s+(?:light|brightness)|"
@@ -569,7 +611,7 @@ _MEANINGS: tuple[tuple[str, Optional[re.Pattern], tuple[str, ...], str], ...] = 
 
 def asked_detectors(category: str, query: str) -> Optional[tuple[tuple[str, ...], str]]:
     """The detectors of `category` a question means and what to call them, or None for the whole category."""
-    question = _question_text(query)
+    question = question_part(query)
     entries = [e for e in _MEANINGS if e[0] == category]
     named = [e for e in entries if e[1] is not None and e[1].search(question)]
     chosen = named or [e for e in entries if e[1] is None]
@@ -587,7 +629,13 @@ def _severity(analyses: dict, category: str, query: str) -> str:
     """A category's severity as the question means it: its asked detectors' strongest verdict ("blurry" is the blur
     detectors' alone, "too bright" the over-exposure one's), else the category's."""
     a, meant = analyses[category], asked_detectors(category, query)
-    return a.severity_of(strongest(a, meant[0])) if meant else a.severity
+    if not meant:
+        return a.severity
+    found = strongest(a, meant[0])
+    others = [level for d, level in a.detectors.items() if d not in meant[0]]
+    if meant[0] == ("motion",) and a.detectors.get(found, 0.0) <= max(others, default=0.0):
+        return "none"  # "Is it motion blur?": a strong plain blur (or pixelation) also reads a little as motion
+    return a.severity_of(found)
 
 
 def _name(category: str, query: str) -> str:
