@@ -415,6 +415,27 @@ def _env_overrides(env: EnvSettings, backends: ModelBackends, pipeline: Pipeline
         pipeline.tools.offline = True
 
 
+def checked_base_url(url: str, where: str) -> str:
+    """`url` (stripped) when it is an http(s) URL with a host; otherwise a ConfigError naming `where` it was set
+    (a malformed base URL makes every call fail and the run fall back silently). Checked when the settings are
+    read, model or not: a typo must not wait for the day a model is set. A password in it is masked wherever
+    the URL is quoted."""
+    from urllib.parse import urlsplit
+
+    from agentic_iqa.redact import redact, register_secret
+
+    try:
+        parts = urlsplit(url.strip())
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"{where} {redact(url)!r} is not a valid http(s) URL (scheme, host, port); "
+                          "write it like http://localhost:8000/v1")
+    register_secret(parts.password)
+    return url.strip()
+
+
 def _refuse_keys(data: dict, path: Path) -> None:
     """API keys are never read from files: say where the key goes instead of 'extra field'."""
     for role in ROLES:
@@ -468,6 +489,13 @@ def load_settings(
     if cdir is not None:
         pipeline.programs = {k: (v if v.is_absolute() else cdir / v) for k, v in pipeline.programs.items()}
         pipeline.tools.extra_tables = [p if p.is_absolute() else cdir / p for p in pipeline.tools.extra_tables]
+    for r in ROLES:  # before the environment and flags replace them: the file is named
+        if backends.role(r).api_base:
+            checked_base_url(backends.role(r).api_base, f"{cdir / 'model_backends.yaml'}: `{r}.api_base`")
+    if env.API_BASE:
+        checked_base_url(env.API_BASE, "AGENTIC_IQA_API_BASE")
+    if api_base:
+        checked_base_url(api_base, "--api-base")
     sources: dict[str, str] = {}
     if pipeline_data.get("tools", {}).get("device") if isinstance(pipeline_data.get("tools"), dict) else None:
         sources["tools.device"] = f"{cdir / 'pipeline.yaml'}: tools.device"

@@ -24,7 +24,7 @@ import threading
 import time
 from typing import Any, Iterator, Optional
 
-from agentic_iqa.config import ROLES, ConfigError, ModelBackends, RoleLM
+from agentic_iqa.config import ROLES, ConfigError, ModelBackends, RoleLM, checked_base_url
 from agentic_iqa.redact import redact, register_secret
 
 # LiteLLM otherwise tries to download a price list on first use (no network here, and none needed).
@@ -48,7 +48,7 @@ def build_lm(role: RoleLM, role_name: str = "lm"):
         max_reply_bytes=role.max_reply_bytes,
     )
     if role.api_base:
-        kwargs["api_base"] = _checked_base_url(role.api_base, role_name)
+        kwargs["api_base"] = checked_base_url(role.api_base, f"{role_name}: api_base")
     if role.api_key_env:
         key = os.environ.get(role.api_key_env)
         if not key:
@@ -672,23 +672,6 @@ def _budgeted_lm_class() -> type:
     globals().update(BudgetedLM=BudgetedLM, LMReplyTooLarge=LMReplyTooLarge, LMBudgetExceeded=LMBudgetExceeded,
                      LMNotAnAPI=LMNotAnAPI)
     return BudgetedLM
-
-
-def _checked_base_url(url: str, role_name: str) -> str:
-    """`url` when it is an http(s) URL with a host; otherwise a ConfigError (a malformed base URL would
-    make every call fail and the run fall back silently)."""
-    from urllib.parse import urlsplit
-
-    try:
-        parts = urlsplit(url.strip())
-        parts.port  # noqa: B018 - raises ValueError on a bad port
-    except ValueError:
-        parts = None
-    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError(f"{role_name}: api_base {redact(url)!r} is not a valid http(s) URL (scheme, host, port); "
-                          "write it like http://localhost:8000/v1 (--api-base, AGENTIC_IQA_API_BASE)")
-    register_secret(parts.password)  # a password in the URL is masked wherever the URL is quoted
-    return url.strip()
 
 
 def build_role_lms(backends: ModelBackends, make=build_lm) -> dict:

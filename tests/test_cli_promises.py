@@ -215,6 +215,45 @@ def test_an_empty_api_base_is_refused_not_read_as_the_providers_endpoint(args):
     assert "Traceback" not in res.output and len(res.output.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("args, env, named", [
+    (["assess", "example:chelsea", "--api-base", "http//127.0.0.1:8000"], {}, "--api-base 'http//127.0.0.1:8000'"),
+    (["assess", "example:chelsea"], {"AGENTIC_IQA_API_BASE": "not a url"}, "AGENTIC_IQA_API_BASE 'not a url'"),
+    (["eval", "manifest.jsonl", "--offline"], {"AGENTIC_IQA_API_BASE": "http://h:99999/v1"}, "AGENTIC_IQA_API_BASE"),
+])
+def test_a_malformed_api_base_is_an_error_without_a_model_too(args, env, named, tmp_path, monkeypatch):
+    """With no model set, a malformed --api-base / AGENTIC_IQA_API_BASE was ignored (exit 0): the typo waited for
+    the day a model was set. It is one line naming the setting, exit 2, model or not."""
+    monkeypatch.setenv("AGENTIC_IQA_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "manifest.jsonl").write_text('{"id": "a", "image": "a.png", "mos": 3}\n')
+    args = [str(tmp_path / a) if a == "manifest.jsonl" else a for a in args]
+    res = CliRunner().invoke(app, args, env={"COLUMNS": "300", **env})
+    assert res.exit_code == 2, res.output
+    assert res.output.startswith(f"error: {named}") and "is not a valid http(s) URL" in res.output, res.output
+    assert "Traceback" not in res.output and len(res.output.strip().splitlines()) == 1
+
+
+def test_a_malformed_api_base_in_a_config_file_names_the_file_and_key(tmp_path, monkeypatch):
+    monkeypatch.setenv("AGENTIC_IQA_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "model_backends.yaml").write_text("executor:\n  api_base: localhost:8000/v1\n")
+    res = CliRunner().invoke(app, ["assess", "example:chelsea", "--config", str(tmp_path)], env={"COLUMNS": "300"})
+    assert res.exit_code == 2, res.output
+    assert f"model_backends.yaml: `executor.api_base` 'localhost:8000/v1' is not a valid http(s) URL" in res.output
+
+
+@pytest.mark.parametrize("args, env, source", [
+    (["--api-base", "http://127.0.0.1:9/v1"], {}, "--api-base"),
+    ([], {"AGENTIC_IQA_API_BASE": "http://127.0.0.1:9/v1"}, "AGENTIC_IQA_API_BASE"),
+])
+def test_an_api_base_without_a_model_gets_a_note(args, env, source, tmp_path, monkeypatch):
+    """`assess example:chelsea --api-base URL` answered offline with exit 0 and not a word (--program got a note)."""
+    monkeypatch.setenv("AGENTIC_IQA_CACHE_DIR", str(tmp_path / "cache"))
+    res = CliRunner().invoke(app, ["assess", "example:chelsea", "--json", *args], env={"COLUMNS": "300", **env})
+    assert res.exit_code == 0, res.output
+    assert res.stderr.startswith(f"note: {source} is not used: no model is set (--lm"), res.stderr
+    assert "pass --lm MODEL to use the server" in res.stderr
+    assert CliRunner().invoke(app, ["assess", "example:chelsea", "--json"]).stderr == ""  # no server, no note
+
+
 def test_the_result_footer_wraps_in_a_narrow_terminal(monkeypatch, capsys):
     """A rich panel's subtitle is one line, cut at the border: at 60 columns "answered by …, with
     fallbacks in …" lost its end. A footer that does not fit goes inside the panel, where it wraps."""

@@ -67,4 +67,4 @@ def test_a_malformed_api_base_is_a_setup_error(tmp_path, monkeypatch, base):
     monkeypatch.setenv("AGENTIC_IQA_API_BASE", base)
     r = runner.invoke(app, ["assess", str(img), "--lm", "openai/fake-vlm", "--config", str(tmp_path)])
     assert r.exit_code == 2, r.output
-    assert r.stderr.count("\n") == 1 and "api_base" in r.stderr and "http" in r.stderr
+    assert r.stderr.count("\n") == 1 and "AGENTIC_IQA_API_BASE" in r.stderr and "http" in r.stderr

@@ -17,7 +17,7 @@ from typing import List, Optional
 import typer
 
 from agentic_iqa.cli.common import (EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, ALLOW_ABSOLUTE_HELP, DEVICE_HELP, NO_PROGRESS_HELP, WEIGHTS_DIR_HELP,
-                                     fail, flag, folding, refuse_empty, unexpected)
+                                     fail, flag, folding, note_unused_api_base, refuse_empty, unexpected)
 
 
 def assess_command(
@@ -172,6 +172,7 @@ def _settings(lm, api_base, config, offline, programs, tool_options=(None, None,
         Console(stderr=True, highlight=False).print(
             "[yellow]note:[/] --program is ignored: no model is configured (the offline analyst answers); "
             "pass --lm MODEL to use it", soft_wrap=True)
+    note_unused_api_base(settings, api_base)
     return settings
 
 

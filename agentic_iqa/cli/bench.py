@@ -10,7 +10,7 @@ from typing import Optional
 import typer
 
 from agentic_iqa.cli.progress import LineProgress
-from agentic_iqa.cli.common import (EXIT_BAD_INPUT, EXIT_PARTIAL, catch_sigint, fail, flag, folding, quiet_dspy_logs, refuse_empty,
+from agentic_iqa.cli.common import (EXIT_BAD_INPUT, EXIT_PARTIAL, catch_sigint, fail, flag, folding, note_unused_api_base, quiet_dspy_logs, refuse_empty,
                                      restore_sigint, setup_logging, stop_now, with_tool_options, ALLOW_ABSOLUTE_HELP, DEVICE_HELP, NO_PROGRESS_HELP, WEIGHTS_DIR_HELP)
 
 app = typer.Typer(help="Make the synthetic benchmark, or a manifest for a public data set.", no_args_is_help=True,
@@ -130,6 +130,7 @@ def eval_command(
         fail(f"manifest {manifest} does not exist (make one with `agentic-iqa bench make DIR`)")
     try:
         settings = load_settings(config, lm=lm, api_base=api_base, backend="offline" if offline else None)
+        note_unused_api_base(settings, api_base)
         if settings.uses_model:
             quiet_dspy_logs()
         assessor = Assessor(with_tool_options(settings, device, weights_dir))

@@ -58,6 +58,21 @@ def with_tool_options(settings, device=None, weights_dir=None):
     return settings
 
 
+def note_unused_api_base(settings, api_base: Optional[str]) -> None:
+    """A server given with no model to send to was ignored without a word (like --program, it gets a note)."""
+    if settings.backends.any_model:
+        return
+    from agentic_iqa.config import env_settings
+
+    source = "--api-base" if api_base else "AGENTIC_IQA_API_BASE" if env_settings().API_BASE else None
+    if source:
+        from rich.console import Console
+
+        Console(stderr=True, highlight=False).print(
+            f"[yellow]note:[/] {source} is not used: no model is set (--lm, AGENTIC_IQA_LM or model_backends.yaml), "
+            "so the offline analyst answers; pass --lm MODEL to use the server", soft_wrap=True)
+
+
 def folding(table):
     """`table` with every wrapping column folding a word longer than the column (a path, "Global/Overall")
     instead of rich's default, cutting it with "…": on a narrow terminal nothing the user asked for is lost.
