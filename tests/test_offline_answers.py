@@ -881,3 +881,10 @@ def test_a_rating_asked_on_another_scale_gets_the_score_on_it(tmp_path, astronau
     expected = 1 + (r.score - 1) / 4 * 9
     assert r.answer == f"{r.level} ({r.result.final_answer.split('(')[1].split(')')[0]}), score {r.score:.2f}/5, " \
                        f"{expected:.1f} on the 1–10 scale asked"
+
+
+def test_a_rating_of_one_attribute_is_graded(measured):
+    # "How would you rate the colours?" answered only "Color distortions: none", which is no rating.
+    assert _answer("How would you rate the sharpness?", measured["clean"]) == "Excellent (A) — blur: none"
+    assert _answer("How would you rate the sharpness?", measured["blurred"]).startswith("Bad (E) — blur: ")
+    assert _answer("How would you rate the noise?", measured["noisy"]).startswith(("Poor (D) — noise: ", "Bad (E) — noise: "))

@@ -380,6 +380,9 @@ def answer_question(query: str, plan: PlannerOutput, analyses: dict, fused_level
             verdict, sentence = compared
             return (("Yes — " if verdict != negated else "No — ") if yes_no else sentence + " — ") + found
         if not yes_no:
+            if RATING_WORDS.search(question_part(query)) and severities:  # "How would you rate the colours?"
+                letter = _LEVEL_OF_SEVERITY[max(SEVERITY_RANK[sev] for sev in severities.values())]
+                return f"{LEVEL_NAMES[letter]} ({letter}) — {found}"
             return found[:1].upper() + found[1:]
         return ("Yes — " if _present(severities, query, absent) != absent else "No — ") + found
     if yes_no and polarity is not None:
