@@ -75,6 +75,38 @@ def test_with_tool_options_sets_the_tools_settings(tmp_path):
     assert with_tool_options(before).pipeline.tools == before.pipeline.tools
 
 
+def test_assess_and_eval_take_tools_file_like_the_tools_commands(tmp_path, monkeypatch):
+    """README offered --tools-file beside tools.extra_tables and $AGENTIC_IQA_TOOL_FILES, but only `tools list/run`
+    had it: `assess --tools-file x` was "No such option". It adds a table after the configured ones, as the variable
+    does: here BRISQUE without its β is mapped linearly over its range instead of through the logistic."""
+    from canned import write_test_image
+
+    monkeypatch.setenv("AGENTIC_IQA_CACHE_DIR", str(tmp_path / "cache"))
+    table = tmp_path / "mine.yaml"
+    table.write_text("tools:\n  - name: BRISQUE\n    beta: null\n")
+
+    def brisque(*extra):
+        res = CliRunner().invoke(app, ["assess", "example:chelsea", "--offline", "--json", *extra])
+        assert res.exit_code == 0, res.output
+        import json
+
+        return next(lg["normalization"] for lg in json.loads(res.stdout)["evidence"]["tool_logs"] if lg["tool_name"] == "BRISQUE")
+
+    assert brisque().startswith("logistic")
+    assert brisque("--tools-file", str(table)).startswith("linear")
+    monkeypatch.setenv("AGENTIC_IQA_TOOL_FILES", str(table))
+    assert brisque().startswith("linear")  # the same setting the variable feeds
+    monkeypatch.delenv("AGENTIC_IQA_TOOL_FILES")
+    (tmp_path / "m.jsonl").write_text('{"id": "a", "image": "a.png", "mos": 3}\n')
+    write_test_image(tmp_path / "a.png", size=(96, 96), fmt="PNG")
+    missing = str(tmp_path / "nope.yaml")
+    for args in (["assess", "example:chelsea"], ["assess", "example:chelsea", "example:coffee", "--out", str(tmp_path / "r.jsonl")],
+                 ["eval", str(tmp_path / "m.jsonl"), "--mode", "nr"]):
+        res = CliRunner().invoke(app, [*args, "--offline", "--tools-file", missing], env={"COLUMNS": "300"})
+        assert res.exit_code == 2, (args, res.output)
+        assert f"error: tool file {missing}: file not found; check the path" in res.output, (args, res.output)
+
+
 def test_library_use_prints_no_log_lines(tmp_path):
     """Used from Python, a warning inside the library reaches no handler unless the application adds one."""
     code = ("import logging, agentic_iqa, iqa_tools\n"

@@ -16,7 +16,7 @@ from typing import List, Optional
 
 import typer
 
-from agentic_iqa.cli.common import (EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, ALLOW_ABSOLUTE_HELP, DEVICE_HELP, NO_PROGRESS_HELP, WEIGHTS_DIR_HELP,
+from agentic_iqa.cli.common import (EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, ALLOW_ABSOLUTE_HELP, DEVICE_HELP, NO_PROGRESS_HELP, TOOLS_FILE, WEIGHTS_DIR_HELP,
                                      fail, flag, folding, note_unused_api_base, refuse_empty, unexpected)
 
 
@@ -35,6 +35,7 @@ def assess_command(
     config: Optional[Path] = typer.Option(None, "--config", help="Folder holding pipeline.yaml / model_backends.yaml."),
     device: Optional[str] = typer.Option(None, "--device", help=DEVICE_HELP),
     weights_dir: Optional[Path] = typer.Option(None, "--weights-dir", help=WEIGHTS_DIR_HELP),
+    tools_file: Optional[List[Path]] = TOOLS_FILE,
     offline: bool = flag("--offline", help="Use the offline analyst even if an LM is configured."),
     image_transport: Optional[str] = typer.Option(
         None, "--image-transport",
@@ -76,7 +77,7 @@ def assess_command(
         fail(f"--mode must be auto, score or answer (got {mode!r})")
     images = list(images or [])
     _refuse_flag_values(images)
-    tool_options = (device, weights_dir, image_transport)
+    tool_options = (device, weights_dir, image_transport, tools_file)
     if resume and overwrite:
         fail("--resume and --overwrite contradict each other; choose one")
     is_batch = manifest is not None or out is not None or len(images) > 1 or (len(images) == 1 and Path(images[0]).is_dir())
@@ -138,16 +139,16 @@ def _refuse_flag_values(images: List[str]) -> None:
 
 
 def _settings(lm, api_base, config, offline, programs, tool_options=(None, None, None)):
-    """`tool_options`: (--device, --weights-dir, --image-transport)."""
+    """`tool_options`: (--device, --weights-dir, --image-transport[, --tools-file])."""
     from agentic_iqa.cli.common import with_tool_options
     from agentic_iqa.config import load_settings
     from agentic_iqa.programs import read_program
     from rich.markup import escape
 
-    device, weights_dir, transport = (*tool_options, None)[:3]
+    device, weights_dir, transport, tools_files = (*tool_options, None, None)[:4]
     overrides = {"image_transport": transport} if transport is not None else {}
     settings = with_tool_options(load_settings(config, lm=lm, api_base=api_base, backend="offline" if offline else None,
-                                               **overrides), device, weights_dir)
+                                               **overrides), device, weights_dir, tools_files)
     for spec in programs:
         module, _, path = spec.rpartition("=")
         header = read_program(path)[0]  # checked now, model or not: a bad file is one line at once
@@ -443,7 +444,7 @@ def _batch(images, manifest, out, query, reference, lm, api_base, config, offlin
     from agentic_iqa.api import Assessor
     from agentic_iqa.batch import BatchError, run_batch
     from agentic_iqa.config import ConfigError
-    from iqa_tools import ImageError
+    from iqa_tools import ImageError, ToolTableError
 
     try:
         settings = _settings(lm, api_base, config, offline, program, tool_options)
@@ -462,7 +463,7 @@ def _batch(images, manifest, out, query, reference, lm, api_base, config, offlin
         raise
     except KeyboardInterrupt:  # while the items were planned or the assessor built (run_batch handles its own)
         _interrupted_outside_the_run()
-    except (BatchError, ConfigError, ImageError) as exc:
+    except (BatchError, ConfigError, ImageError, ToolTableError) as exc:  # a bad --tools-file: bad input too
         fail(escape(str(exc)), EXIT_BAD_INPUT)
     except Exception as exc:  # noqa: BLE001 - one clear line, never a traceback
         unexpected(exc, "batch failed")

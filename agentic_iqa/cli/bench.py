@@ -11,7 +11,8 @@ import typer
 
 from agentic_iqa.cli.progress import LineProgress
 from agentic_iqa.cli.common import (EXIT_BAD_INPUT, EXIT_PARTIAL, catch_sigint, fail, flag, folding, note_unused_api_base, quiet_dspy_logs, refuse_empty,
-                                     restore_sigint, setup_logging, stop_now, with_tool_options, ALLOW_ABSOLUTE_HELP, DEVICE_HELP, NO_PROGRESS_HELP, WEIGHTS_DIR_HELP)
+                                     restore_sigint, setup_logging, stop_now, with_tool_options, ALLOW_ABSOLUTE_HELP, DEVICE_HELP, NO_PROGRESS_HELP,
+                                     TOOLS_FILE, WEIGHTS_DIR_HELP)
 
 app = typer.Typer(help="Make the synthetic benchmark, or a manifest for a public data set.", no_args_is_help=True,
                   add_completion=False)
@@ -107,6 +108,7 @@ def eval_command(
     config: Optional[Path] = typer.Option(None, "--config", help="Folder holding pipeline.yaml / model_backends.yaml."),
     device: Optional[str] = typer.Option(None, "--device", help=DEVICE_HELP),
     weights_dir: Optional[Path] = typer.Option(None, "--weights-dir", help=WEIGHTS_DIR_HELP),
+    tools_file: Optional[list[Path]] = TOOLS_FILE,
     offline: bool = flag("--offline", help="Use the offline analyst."),
     concurrency: int = typer.Option(1, "--concurrency", min=1, help="Items assessed at once (useful with a remote LM)."),
     as_json: bool = flag("--json", help="Print the report as JSON."),
@@ -133,7 +135,7 @@ def eval_command(
         note_unused_api_base(settings, api_base)
         if settings.uses_model:
             quiet_dspy_logs()
-        assessor = Assessor(with_tool_options(settings, device, weights_dir))
+        assessor = Assessor(with_tool_options(settings, device, weights_dir, tools_file))
     except ConfigError as exc:
         from rich.markup import escape
 

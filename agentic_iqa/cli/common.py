@@ -48,10 +48,17 @@ ALLOW_ABSOLUTE_HELP = "Let manifest paths point outside the manifest's folder (a
 DEVICE_HELP = "Where the tools run: auto (CUDA, MPS, CPU), cpu, cuda, cuda:N, mps. Default: tools.device in the config."
 WEIGHTS_DIR_HELP = "Extra folder holding tools' pyiqa checkpoints. Default: tools.weights_dir in the config."
 
+#: `--tools-file`, shared by `assess`, `eval` and `tools list/run` (one Option object: the same flag everywhere).
+TOOLS_FILE = typer.Option(None, "--tools-file", help="Your own tool file (YAML/JSON) merged over the bundled table; "
+                          "repeatable; added after tools.extra_tables and $AGENTIC_IQA_TOOL_FILES.")
 
-def with_tool_options(settings, device=None, weights_dir=None):
-    """`settings` with the CLI's --device / --weights-dir applied to the tools' settings."""
+
+def with_tool_options(settings, device=None, weights_dir=None, tools_files=None):
+    """`settings` with the CLI's --device / --weights-dir / --tools-file applied to the tools' settings
+    (--tools-file adds tables after the configured ones, as AGENTIC_IQA_TOOL_FILES does)."""
     update = {k: v for k, v in (("device", device), ("weights_dir", weights_dir)) if v is not None}
+    if tools_files:
+        update["extra_tables"] = [*settings.pipeline.tools.extra_tables, *tools_files]
     if update:
         tools = settings.pipeline.tools.model_copy(update=update)
         settings.pipeline = settings.pipeline.model_copy(update={"tools": tools})

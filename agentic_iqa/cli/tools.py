@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
-from agentic_iqa.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, fail, flag, folding, unexpected, DEVICE_HELP, WEIGHTS_DIR_HELP
+from agentic_iqa.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, fail, flag, folding, unexpected, DEVICE_HELP, TOOLS_FILE, WEIGHTS_DIR_HELP
 
 if TYPE_CHECKING:
     from iqa_tools import ToolRegistry
@@ -30,7 +30,6 @@ class ModeChoice(str, Enum):
     NR = "NR"
 
 
-TOOLS_FILE = typer.Option(None, "--tools-file", help="Your own tool file (YAML/JSON) merged over the bundled table; repeatable.")
 WEIGHTS_DIR = typer.Option(None, "--weights-dir", help=WEIGHTS_DIR_HELP)
 
 
