@@ -85,8 +85,10 @@ def test_run_fallback_json():
         (("run", "PIQE", "example:lena"), EXIT_BAD_INPUT, "unknown example image"),
         (("run", "SSIM", "example:chelsea"), EXIT_BAD_INPUT, "needs a reference image"),
         (("run", "PSNR", "example:chelsea", "-r", "example:coffee"), EXIT_BAD_INPUT, "resize or crop"),
-        (("run", "MUSIQ", "example:chelsea"), EXIT_FAILED, "musiq_koniq_ckpt-e95806b9.pth"),
-        (("run", "CLIPIQA", "example:chelsea"), EXIT_FAILED, "[metrics] extra"),
+        # a missing weight file or package is configuration (exit 2; it was 1, the code of unexpected failures)
+        (("run", "MUSIQ", "example:chelsea"), EXIT_BAD_INPUT, "musiq_koniq_ckpt-e95806b9.pth"),
+        (("run", "CLIPIQA", "example:chelsea"), EXIT_BAD_INPUT, "[metrics] extra"),
+        (("run", "TOPIQ_FR", "example:chelsea", "-r", "example:chelsea"), EXIT_BAD_INPUT, "missing Python package(s)"),
         (("run", "PIQE", "example:chelsea", "--device", "gpu0"), EXIT_BAD_INPUT, "unknown device"),
         (("list", "--tools-file", "/no/such.yaml"), EXIT_BAD_INPUT, "file not found"),
         (("list", "--mode", "XR"), 2, "Invalid value"),

@@ -43,12 +43,14 @@ def _registry(tools_files: Optional[List[Path]], weights_dir: Optional[Path], de
 def _fail_for(exc: BaseException) -> None:
     """Turn any expected error into one line and the documented exit code (never a traceback)."""
     from agentic_iqa.config import ConfigError
-    from iqa_tools import DependencyMissingError, ImageError, ToolError, ToolRunError, ToolTableError, WeightsMissingError
+    from iqa_tools import ImageError, ToolError, ToolRunError, ToolTableError
 
     from rich.markup import escape  # messages hold "[metrics]" and paths: print them literally
 
-    if isinstance(exc, (WeightsMissingError, DependencyMissingError, ToolRunError)):
-        fail(escape(str(exc)), EXIT_FAILED)  # the tool cannot run here (or crashed): not the user's input
+    if isinstance(exc, ToolRunError):
+        fail(escape(str(exc)), EXIT_FAILED)  # the tool crashed: not the user's input
+    # ToolError includes a missing package or weight file: this machine's configuration (the message says what
+    # to install or where to put the file), so exit 2; README's exit codes keep 1 for unexpected failures.
     if isinstance(exc, (ImageError, ToolError, ToolTableError, ConfigError)):
         fail(escape(str(exc)), EXIT_BAD_INPUT)
     unexpected(exc, "unexpected error")
