@@ -6,6 +6,7 @@ hang), checked with fstat on that same descriptor, and read up to its cap plus o
 """
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
@@ -26,6 +27,8 @@ def read_regular_file(path: Path | str, label: str, max_bytes: int, what: str = 
     except PermissionError:
         raise ValueError(f"{label}: permission denied; make the file readable (chmod +r)") from None
     except OSError as exc:
+        if exc.errno == errno.ELOOP:  # named as what it is, with the fix (the same words as a manifest row's)
+            raise ValueError(f"{label}: symlink loop (too many levels of symbolic links); fix or remove the link") from None
         raise ValueError(f"{label}: cannot be opened ({exc.strerror or exc})") from None
     try:
         info = os.fstat(fd)

@@ -106,6 +106,19 @@ def build(folder: Path) -> dict[str, Case]:
     odd.write_bytes(data)
     cases["path with spaces and non-ASCII"] = Case([str(odd)], "my photos/café ☕ été.jpg")
 
+    for name, target in (("loop1", "loop2"), ("loop2", "loop1")):
+        if not (folder / name).is_symlink():
+            (folder / name).symlink_to(target)
+    cases["symlink loop as the image"] = Case([str(folder / "loop1")], "loop1 → loop2 → loop1")
+    scanned = folder / "scanned"
+    scanned.mkdir(exist_ok=True)
+    (scanned / "ok.jpg").write_bytes(data)
+    if not (scanned / "loop.jpg").is_symlink():
+        (scanned / "loop.jpg").symlink_to("loop.jpg")
+    cases["symlink loop in a scanned folder"] = Case(
+        [str(scanned), "--out", str(folder / "scanned.jsonl"), "--overwrite"], "a photo and loop.jpg → itself",
+        {"batch": True})
+
     cases["URL"] = Case(["https://example.com/photo.jpg"], "an https URL")
     cases["empty query"] = Case([str(good), "--query", ""], '--query ""')
     cases["absurdly long query"] = Case([str(good), "--query", LONG_QUERY], f"a {len(LONG_QUERY):,}-character query")
@@ -143,6 +156,9 @@ def _seen(code: int, out: str, err: str) -> str:
     """What the user sees, condensed: the error line, or the answer line plus notes/fallbacks."""
     import re
 
+    if code == 3:  # a batch that finished with failed items: what their lines say
+        failed = re.findall(r"failed: (.*?)(?= failed: | manifest: | note: |$)", " ".join(out.split()))
+        return "; ".join(f"failed line: {f.strip()}" for f in failed) + "; the other images are assessed"
     if code != 0:
         return " ".join(err.split())
     text = " ".join(out.split())

@@ -252,6 +252,25 @@ def test_path_with_spaces_and_non_ascii(cases):
     assert out["image"].endswith("my photos/café ☕ été.jpg")
 
 
+def test_symlink_loop_as_the_image_is_named_with_the_fix(cases):
+    """It said "cannot be opened (Too many levels of symbolic links)", where a manifest row said what to do."""
+    msg = refused(cases["symlink loop as the image"])
+    assert "loop1: symlink loop (too many levels of symbolic links); fix or remove the link" in msg
+
+
+def test_symlink_loop_in_a_scanned_folder_is_one_failed_line_with_the_fix(cases):
+    """README promised "symlink loop …; fix or remove the link" for a loop in a scanned folder; its line said
+    "cannot be opened (Too many levels of symbolic links)"."""
+    case = cases["symlink loop in a scanned folder"]
+    r = cli(*case.args)
+    assert r.exit_code == EXIT_PARTIAL, r.output
+    out = Path(case.args[case.args.index("--out") + 1])
+    lines = {Path(rec["image"]).name: rec for rec in map(json.loads, out.read_text(encoding="utf-8").splitlines())}
+    assert lines["ok.jpg"]["status"] == "ok"
+    assert lines["loop.jpg"]["status"] == "failed" and lines["loop.jpg"]["error"].endswith(
+        "loop.jpg: symlink loop (too many levels of symbolic links); fix or remove the link")
+
+
 def test_url_is_refused_with_a_hint(cases):
     assert "URLs are not fetched; download the image first and pass the local file" in refused(cases["URL"])
 
