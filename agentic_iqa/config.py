@@ -82,6 +82,18 @@ class CacheSettings(BaseModel):
 DEVICE_FORM = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 
 
+def _existing_folder(v: Optional[Path]) -> Optional[Path]:
+    """The weights folder, `~` expanded, must exist: it is only read, so a typo would pass silently and every
+    weight-based tool would then report its file missing (as a missing --config folder is an error)."""
+    if v is None:
+        return None
+    v = Path(v).expanduser()
+    if not v.is_dir():
+        what = "is a file, not a folder" if v.exists() else "no such folder"
+        raise ValueError(f"{what} ({v}); give the folder holding the tools' pyiqa checkpoints, or leave it unset")
+    return v
+
+
 class ToolSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -89,6 +101,8 @@ class ToolSettings(BaseModel):
     extra_tables: list[Path] = []
     weights_dir: Optional[Path] = None
     offline: Optional[bool] = None  # None: downloads allowed; True: a tool whose files are missing fails at once
+
+    _weights_dir = field_validator("weights_dir")(_existing_folder)
 
     @field_validator("device")
     @classmethod
@@ -305,6 +319,8 @@ class EnvSettings(DebugSettings):
     # Hugging Face's own switch, honoured so that one variable makes every download refuse.
     HF_HUB_OFFLINE: Optional[bool] = Field(None, validation_alias="HF_HUB_OFFLINE", exclude=True)
 
+    _weights_dir = field_validator("WEIGHTS_DIR")(_existing_folder)
+
 
 class RayEnvSettings(BaseSettings):
     """The cluster sizes of `--engine ray` runs (`assess --actors` etc. override them)."""
@@ -408,7 +424,7 @@ def _env_overrides(env: EnvSettings, backends: ModelBackends, pipeline: Pipeline
         extra = [Path(p) for p in env.TOOL_FILES.split(os.pathsep) if p.strip()]
         pipeline.tools.extra_tables = [*pipeline.tools.extra_tables, *extra]
     if env.WEIGHTS_DIR:
-        pipeline.tools.weights_dir = env.WEIGHTS_DIR.expanduser()
+        pipeline.tools.weights_dir = env.WEIGHTS_DIR
     if env.OFFLINE is not None:
         pipeline.tools.offline = env.OFFLINE
     elif pipeline.tools.offline is None and env.HF_HUB_OFFLINE:

@@ -65,6 +65,33 @@ def test_assess_and_eval_take_device_and_weights_dir(tmp_path):
     assert '"device": "cpu"' in res.output  # the tool runs were placed where asked
 
 
+def test_a_weights_dir_that_does_not_exist_is_refused(tmp_path, monkeypatch):
+    """`--weights-dir /nope` and AGENTIC_IQA_WEIGHTS_DIR=/nope were accepted without a word: a typo in the folder
+    passed silently and weight-based tools then said their file was missing. Refused as a missing --config
+    folder is: exit 2, naming the flag, the variable, or the config file and key."""
+    monkeypatch.setenv("AGENTIC_IQA_CACHE_DIR", str(tmp_path / "cache"))
+    nope = str(tmp_path / "nope")
+    a_file = tmp_path / "f.txt"
+    a_file.write_text("x")
+    for args in (["assess", "example:chelsea", "--offline"], ["eval", "m.jsonl"], ["tools", "run", "PIQE", "example:chelsea"],
+                 ["tools", "list"]):
+        for where, word in ((nope, "does not exist"), (str(a_file), "is a file")):
+            res = CliRunner().invoke(app, [*args, "--weights-dir", where], env={"COLUMNS": "300"})
+            assert res.exit_code == 2, (args, res.output)
+            assert "Invalid value for '--weights-dir'" in res.output and word in res.output, (args, res.output)
+    res = CliRunner().invoke(app, ["tools", "list"], env={"COLUMNS": "300", "AGENTIC_IQA_WEIGHTS_DIR": nope})
+    assert res.exit_code == 2, res.output
+    assert res.output == (f"error: AGENTIC_IQA_WEIGHTS_DIR={nope!r}: no such folder ({nope}); give the folder holding "
+                          "the tools' pyiqa checkpoints, or leave it unset\n")
+    (tmp_path / "pipeline.yaml").write_text(f"tools:\n  weights_dir: {a_file}\n")
+    res = CliRunner().invoke(app, ["assess", "example:chelsea", "--config", str(tmp_path)], env={"COLUMNS": "300"})
+    assert res.exit_code == 2, res.output
+    assert f"pipeline.yaml: `tools.weights_dir`: is a file, not a folder ({a_file})" in res.output
+    monkeypatch.setenv("HOME", str(tmp_path))  # `~` is expanded before the folder is looked for
+    res = CliRunner().invoke(app, ["tools", "list", "--json"], env={"AGENTIC_IQA_WEIGHTS_DIR": "~"})
+    assert res.exit_code == 0, res.output
+
+
 def test_with_tool_options_sets_the_tools_settings(tmp_path):
     from agentic_iqa.cli.common import with_tool_options
     from agentic_iqa.config import load_settings

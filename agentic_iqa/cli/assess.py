@@ -16,7 +16,7 @@ from typing import List, Optional
 
 import typer
 
-from agentic_iqa.cli.common import (EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, ALLOW_ABSOLUTE_HELP, DEVICE_HELP, NO_PROGRESS_HELP, TOOLS_FILE, WEIGHTS_DIR_HELP,
+from agentic_iqa.cli.common import (EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, ALLOW_ABSOLUTE_HELP, DEVICE_HELP, NO_PROGRESS_HELP, TOOLS_FILE, WEIGHTS_DIR,
                                      fail, flag, folding, note_unused_api_base, refuse_empty, unexpected)
 
 
@@ -34,7 +34,7 @@ def assess_command(
                                            callback=refuse_empty),
     config: Optional[Path] = typer.Option(None, "--config", help="Folder holding pipeline.yaml / model_backends.yaml."),
     device: Optional[str] = typer.Option(None, "--device", help=DEVICE_HELP),
-    weights_dir: Optional[Path] = typer.Option(None, "--weights-dir", help=WEIGHTS_DIR_HELP),
+    weights_dir: Optional[Path] = WEIGHTS_DIR,
     tools_file: Optional[List[Path]] = TOOLS_FILE,
     offline: bool = flag("--offline", help="Use the offline analyst even if an LM is configured."),
     image_transport: Optional[str] = typer.Option(

@@ -12,7 +12,7 @@ import typer
 from agentic_iqa.cli.progress import LineProgress
 from agentic_iqa.cli.common import (EXIT_BAD_INPUT, EXIT_PARTIAL, catch_sigint, fail, flag, folding, note_unused_api_base, quiet_dspy_logs, refuse_empty,
                                      restore_sigint, setup_logging, stop_now, with_tool_options, ALLOW_ABSOLUTE_HELP, DEVICE_HELP, NO_PROGRESS_HELP,
-                                     TOOLS_FILE, WEIGHTS_DIR_HELP)
+                                     TOOLS_FILE, WEIGHTS_DIR)
 
 app = typer.Typer(help="Make the synthetic benchmark, or a manifest for a public data set.", no_args_is_help=True,
                   add_completion=False)
@@ -107,7 +107,7 @@ def eval_command(
                                            callback=refuse_empty),
     config: Optional[Path] = typer.Option(None, "--config", help="Folder holding pipeline.yaml / model_backends.yaml."),
     device: Optional[str] = typer.Option(None, "--device", help=DEVICE_HELP),
-    weights_dir: Optional[Path] = typer.Option(None, "--weights-dir", help=WEIGHTS_DIR_HELP),
+    weights_dir: Optional[Path] = WEIGHTS_DIR,
     tools_file: Optional[list[Path]] = TOOLS_FILE,
     offline: bool = flag("--offline", help="Use the offline analyst."),
     concurrency: int = typer.Option(1, "--concurrency", min=1, help="Items assessed at once (useful with a remote LM)."),

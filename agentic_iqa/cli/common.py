@@ -47,6 +47,8 @@ ALLOW_ABSOLUTE_HELP = "Let manifest paths point outside the manifest's folder (a
 #: `--device` / `--weights-dir`, shared by `assess`, `eval` and `tools run`.
 DEVICE_HELP = "Where the tools run: auto (CUDA, MPS, CPU), cpu, cuda, cuda:N, mps. Default: tools.device in the config."
 WEIGHTS_DIR_HELP = "Extra folder holding tools' pyiqa checkpoints. Default: tools.weights_dir in the config."
+#: It is only read: a folder that does not exist (a typo) is refused, as the variable and config key are.
+WEIGHTS_DIR = typer.Option(None, "--weights-dir", help=WEIGHTS_DIR_HELP, exists=True, file_okay=False, dir_okay=True)
 
 #: `--tools-file`, shared by `assess`, `eval` and `tools list/run` (one Option object: the same flag everywhere).
 TOOLS_FILE = typer.Option(None, "--tools-file", help="Your own tool file (YAML/JSON) merged over the bundled table; "

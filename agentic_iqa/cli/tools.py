@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
-from agentic_iqa.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, fail, flag, folding, unexpected, DEVICE_HELP, TOOLS_FILE, WEIGHTS_DIR_HELP
+from agentic_iqa.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, fail, flag, folding, unexpected, DEVICE_HELP, TOOLS_FILE, WEIGHTS_DIR
 
 if TYPE_CHECKING:
     from iqa_tools import ToolRegistry
@@ -28,9 +28,6 @@ app.add_typer(cache_app, name="cache")
 class ModeChoice(str, Enum):
     FR = "FR"
     NR = "NR"
-
-
-WEIGHTS_DIR = typer.Option(None, "--weights-dir", help=WEIGHTS_DIR_HELP)
 
 
 def _registry(tools_files: Optional[List[Path]], weights_dir: Optional[Path], device: Optional[str] = None, cache: bool = True) -> "ToolRegistry":
