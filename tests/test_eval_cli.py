@@ -251,3 +251,19 @@ def test_bad_json_line_is_reported_once_with_its_column(tmp_path):
     assert res.exit_code == 3, res.output
     text = " ".join(res.stdout.split())
     assert "line 1: bad JSON: Unterminated string starting at column 8" in text and "at at" not in text
+
+
+@pytest.mark.parametrize("line, said", [
+    ("I01_01_02.png,I01.png,abc,0.1", "line 3: dmos 'abc' is not a number; fix or remove the row"),
+    ("I01_01_02.png,I01.png,nan,0.1", "line 3: dmos 'nan' is not a number"),
+    ("I01_01_02.png,I01.png", "line 3: has no dmos value"),
+    ("I01_99_02.png,I01.png,3.1,0.1", "line 3: unexpected KADID image name 'I01_99_02.png'"),
+])
+def test_bench_convert_kadid_names_the_file_and_line_of_a_bad_row(tmp_path, line, said):
+    """A non-numeric dmos said only "could not convert string to float: 'abc'" (no file, no line)."""
+    csv = tmp_path / "dmos.csv"
+    csv.write_text(f"dist_img,ref_img,dmos,var\nI01_01_01.png,I01.png,4.5,0.1\n{line}\n")
+    res = CliRunner().invoke(app, ["bench", "convert", "kadid", str(csv)], env={"COLUMNS": "300"})
+    assert res.exit_code == 2, res.output
+    assert res.output.startswith(f"error: {csv}, {said}"), res.output
+    assert len(res.output.strip().splitlines()) == 1 and not (tmp_path / "manifest.jsonl").exists()

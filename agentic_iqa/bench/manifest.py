@@ -305,14 +305,22 @@ def kadid_to_manifest(csv_path: str | Path, out_path: str | Path | None = None,
         if missing:
             raise ValueError(f"{csv_path}: no column {', '.join(sorted(missing))}; is this KADID-10k's dmos.csv?")
         for rec in reader:
-            match = _KADID_NAME.match(rec["dist_img"].strip())
-            if not match:
-                raise ValueError(f"unexpected KADID image name {rec['dist_img']!r}")
+            where = f"{csv_path}, line {reader.line_num}"  # a bad row is named, as a manifest's are
+            match = _KADID_NAME.match((rec["dist_img"] or "").strip())
+            if not match or not 1 <= int(match.group(2)) <= len(names):
+                raise ValueError(f"{where}: unexpected KADID image name {rec['dist_img']!r} (expected like I01_03_05.png)")
+            try:
+                dmos = float(rec["dmos"])
+            except (TypeError, ValueError):  # TypeError: the row has fewer cells than the header
+                dmos = math.nan
+            if not math.isfinite(dmos):
+                what = "has no dmos value" if rec["dmos"] is None else f"dmos {rec['dmos']!r} is not a number"
+                raise ValueError(f"{where}: {what}; fix or remove the row")
             ref, typ, level = (int(g) for g in match.groups())
             rows.append(ManifestRow(
                 id=Path(rec["dist_img"]).stem, image=rel(rec["dist_img"].strip()),
-                reference=rel(rec["ref_img"].strip()), type=names[typ - 1], level=level,
-                mos=float(rec["dmos"]), split="test" if ref in test else "train", source=f"I{ref:02d}"))
+                reference=rel((rec["ref_img"] or "").strip()), type=names[typ - 1], level=level,
+                mos=dmos, split="test" if ref in test else "train", source=f"I{ref:02d}"))
     return write_manifest(rows, out_path)
 
 
