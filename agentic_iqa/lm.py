@@ -711,9 +711,14 @@ def lm_setup_problem(exc: BaseException, otherwise: str = "run without a model (
     status = getattr(exc, "status", None)
     invalid_request = isinstance(exc, LMInvalidRequestError)
     if invalid_request and "Provider NOT provided" in first:
-        # A model string DSPy/LiteLLM cannot route, e.g. "gpt4o" or "foo/bar".
-        first = first.split(" Pass in")[0].rstrip(".") + "; write the model as provider/model (openai/gpt-4o, " \
-            "anthropic/..., gemini/..., ollama_chat/..., or openai/NAME with --api-base for an OpenAI-compatible server)"
+        # A model string DSPy/LiteLLM cannot route, e.g. "gpt4o" or "foo/bar" (written as provider/model, but
+        # with a provider nobody knows: "write it as provider/model" alone misled).
+        model = re.match(r"\[([^\]]+)\]", first)
+        unknown = model and "/" in model.group(1) and model.group(1).split("/")[0]
+        first = first.split(" Pass in")[0].rstrip(".") + (f"; {unknown!r} is not a provider LiteLLM knows" if unknown
+                                                          else "") + \
+            "; write the model as provider/model (openai/gpt-4o, anthropic/..., gemini/..., ollama_chat/..., or " \
+            "openai/NAME with --api-base for an OpenAI-compatible server)"
         provider = re.match(r"\[([^\]/]+)/", first)
         if provider and provider.group(1) != provider.group(1).lower():
             name = provider.group(1)
@@ -726,6 +731,9 @@ def lm_setup_problem(exc: BaseException, otherwise: str = "run without a model (
         return None
     elif isinstance(exc, globals().get("LMNotAnAPI", ())):  # its message says what to fix
         return f"the LM cannot be used: {first}; or {otherwise}"
+    missing = re.search(r"Missing (\w+) API Key\b.*?`([A-Z][A-Z0-9_]*_API_KEY)`", first)
+    if missing:  # LiteLLM's paragraph about it (federation rules, params), said as DSPy's own providers say it
+        first = f"{first.split('] ')[0]}] no API key found for {missing.group(1)}. Set {missing.group(2)} in the environment"
     first = first.split(', or pass api_key=')[0].rstrip(".")  # keys come from the environment only
     return f"the LM cannot be used: {first}. Fix the key or the model (--lm, configs/model_backends.yaml), or {otherwise}"
 

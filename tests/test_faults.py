@@ -310,6 +310,25 @@ def test_a_model_string_without_a_known_provider_is_one_clear_cli_error(tmp_path
     assert res.exit_code == 2 and "provider/model" in res.output and "Traceback" not in res.output, res.output
 
 
+def test_an_unknown_provider_and_a_missing_litellm_key_are_said_plainly(tmp_path, images, monkeypatch):
+    # "foo/bar" was told to "write the model as provider/model", which it is; a missing Anthropic key printed
+    # LiteLLM's paragraph (federation rules, params) instead of the one line DSPy's own providers give.
+    from typer.testing import CliRunner
+
+    from agentic_iqa.cli import app
+
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)
+    res = CliRunner().invoke(app, ["assess", str(images[0]), "--lm", "foo/bar", "--config", str(tmp_path)])
+    text = " ".join(res.output.split())
+    assert res.exit_code == 2 and "'foo' is not a provider LiteLLM knows" in text and "Traceback" not in text, text
+    res = CliRunner().invoke(app, ["assess", str(images[0]), "--lm", "anthropic/claude-sonnet-4-5",
+                                   "--config", str(tmp_path)])
+    text = " ".join(res.output.split())
+    assert res.exit_code == 2 and "no API key found for Anthropic. Set ANTHROPIC_API_KEY in the environment" in text
+    assert "FEDERATION" not in text and "Traceback" not in text, text
+
+
 @pytest.mark.parametrize("model", ["openai/", "OpenAI/gpt-4o"])
 def test_a_malformed_model_string_says_how_to_write_it_once(tmp_path, images, model):
     # Before: "planner: model 'openai/': model 'openai/' has a provider prefix but no model id after
