@@ -853,6 +853,20 @@ def test_and_asks_for_every_named_distortion(measured):
     assert _answer("Is the image free of noise and blur?", measured["noisy"]).startswith("No — ")
 
 
+@pytest.mark.parametrize("query,answers", [
+    # Each distortion keeps its own claim: one negation or "free of" no longer turns the whole question round.
+    ("Is the image blurry and free of noise?", {"clean": "No", "blurred": "Yes", "noisy": "No"}),
+    ("Is the image sharp, with no noise?", {"clean": "Yes", "blurred": "No", "noisy": "No"}),
+    ("Is the image clean, without noise?", {"clean": "Yes", "noisy": "No"}),
+    ("Is there no blur or noise?", {"clean": "Yes", "blurred": "No", "noisy": "No"}),  # neither
+    ("Is the image noise-free?", {"clean": "Yes", "noisy": "No"}),
+    ("Is the image not sharp?", {"clean": "No", "blurred": "Yes"}),
+])
+def test_each_named_distortion_keeps_its_own_claim(measured, query, answers):
+    for image, expected in answers.items():
+        assert _answer(query, measured[image]).startswith(expected + " — "), (image, query)
+
+
 def test_motion_blur_is_not_said_of_a_plain_blur(measured):
     # A strong Gaussian blur reads a little on the motion detector: "Is there motion blur?" was Yes (slight).
     assert measured["blurred"]["Blurs"].detectors["motion"] > 0

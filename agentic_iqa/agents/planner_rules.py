@@ -105,6 +105,12 @@ def named_distortions(text: str, in_text_order: bool = False) -> list[str]:
     return sorted(first, key=first.get) if in_text_order else list(first)
 
 
+def distortion_mentions(text: str) -> list[tuple[str, re.Match]]:
+    """Every word of the text naming a distortion, with its category, in text order."""
+    found = [(category, m) for pattern, category in _DISTORTION_WORDS for m in re.finditer(rf"\b(?:{pattern})\b", text, re.I)]
+    return sorted(found, key=lambda f: f[1].start())
+
+
 def _is_distortion_word(word: str) -> bool:
     return any(re.fullmatch(pattern, word, re.I) for pattern, _ in _DISTORTION_WORDS)
 

@@ -29,6 +29,7 @@ from agentic_iqa.agents.context import AssessmentContext
 from agentic_iqa.agents.planner_rules import (
     RATING_WORDS,
     asks_sharpness,
+    distortion_mentions,
     mcq_options,
     named_distortions,
     question_part,
@@ -335,11 +336,8 @@ def answer_question(query: str, plan: PlannerOutput, analyses: dict, fused_level
                 f" ({fused_level}); {main[0].lower()}{main[1:]}")
     options = mcq_options(query)
     asked = [c for dists in (plan.distortions or {}).values() for c in dists] or named_distortions(query)
-    # Asked the positive way, Yes means the damage is absent: "Is it sharp?" = "is it free of blur?", "Is the contrast
-    # good?" = "is there no contrast loss?". A negation turns Yes round: "Is there no blur?", "Does it lack sharpness?".
     polarity = _quality_polarity(query)
     negated = _negated(query)
-    absent = (asks_sharpness(query) or polarity is True) != negated
     if options:
         texts = {k: v.strip().rstrip(".?") for k, v in options.items()}
         yes = next((k for k, v in texts.items() if _YES.match(v)), None)
@@ -349,7 +347,7 @@ def answer_question(query: str, plan: PlannerOutput, analyses: dict, fused_level
             if compared is not None and compared[0] is not None:
                 return yes if compared[0] != negated else no
             severities = {c: _severity(analyses, c, query) for c in asked if c in analyses}
-            return yes if _present(severities, query, absent) != absent else no
+            return yes if _claims_hold(severities, query) else no
         if yes and no and polarity is not None:
             return yes if (_good(fused_level) == polarity) != negated else no
         by_level = {k: LEVEL_SCORES[letter] for k, v in texts.items() for letter, name in LEVEL_NAMES.items()
@@ -384,7 +382,7 @@ def answer_question(query: str, plan: PlannerOutput, analyses: dict, fused_level
                 letter = _LEVEL_OF_SEVERITY[max(SEVERITY_RANK[sev] for sev in severities.values())]
                 return f"{LEVEL_NAMES[letter]} ({letter}) — {found}"
             return found[:1].upper() + found[1:]
-        return ("Yes — " if _present(severities, query, absent) != absent else "No — ") + found
+        return ("Yes — " if _claims_hold(severities, query) else "No — ") + found
     if yes_no and polarity is not None:
         good = (_good(fused_level) == polarity) != negated
         return f"{'Yes' if good else 'No'} — quality {LEVEL_NAMES[fused_level].lower()} ({fused_level})"
@@ -402,19 +400,53 @@ _LEVEL_OF_SEVERITY = {0: "A", 1: "B", 2: "C", 3: "D", 4: "E"}
 # "yes or no", "if not" nor a contracted "Isn't it blurry?", which asks whether it is.
 _NEGATION = re.compile(r"\b(?:not|no|never|lacks?|lacking|without)\b", re.I)
 _NOT_A_NEGATION = re.compile(r"\b(?:or|if|whether)\s+(?:not|no)\b|\bnot\s+only\b|\bno\s+matter\b", re.I)
+# "free of noise", "noise-free": absence claimed of the one distortion named there.
+_FREE_OF = re.compile(r"\bfree\s+of\b", re.I)
+_FREE_AFTER = re.compile(r"-?free\b", re.I)
 
 
 def _negated(query: str) -> bool:
     return bool(_NEGATION.search(_NOT_A_NEGATION.sub(" ", question_part(query))))
 
 
-def _present(severities: dict, query: str, absent: bool) -> bool:
-    """Whether the asked damage is present: any of it, or, for "Is it noisy and blurry?", all of it ("Is it free of
-    noise and blur?" is still answered by any: Yes only when none is present)."""
-    found = [sev != "none" for sev in severities.values()]
-    conjunctive = len(found) > 1 and not absent and re.search(r"\band\b", question_part(query), re.I) \
-        and not re.search(r"\bor\b", question_part(query), re.I)
-    return all(found) if conjunctive else any(found)
+def _absence_claims(query: str) -> dict[str, bool]:
+    """For each distortion the question names, whether Yes means its damage is absent. Asked the positive way, it
+    does: "Is it sharp?" = "is it free of blur?", "Is the contrast good?" = "is there no contrast loss?". A negation or
+    "free of" in the three words before the distortion's word says so for that one ("Is there no blur?", "Is it
+    blurry and free of noise?", "noise-free"), and turns a sharp word round ("Is it not sharp?", "Does it lack
+    sharpness?"); a distortion joined to the one before by "and", "or" or a comma keeps its claim ("no blur or
+    noise"). A distortion asked only through the options or the plan takes the question's own negation, if any."""
+    question = _NOT_A_NEGATION.sub(" ", question_part(query))
+    good = _quality_polarity(_FREE_OF.sub(" ", re.sub(r"-free\b", " ", question))) is True  # "free" is said locally
+    claims: dict[str, bool] = {"": good != bool(_NEGATION.search(question)) or bool(_FREE_OF.search(question))}
+    previous, marker = None, None  # the last mention and its local marker ("negation" / "free" / None)
+    for category, mention in distortion_mentions(question):
+        before = " ".join(question[previous.end() if previous else 0: mention.start()].split()[-3:])
+        coordinated = previous is not None and re.fullmatch(r"\s*(?:,|and|or|nor)?\s*(?:,|and|or|nor)?\s*",
+                                                            question[previous.end(): mention.start()], re.I)
+        if not coordinated:  # else the marker of the one before carries over
+            marker = "free" if _FREE_OF.search(before) else "negation" if _NEGATION.search(before) else None
+        if _FREE_AFTER.match(question, mention.end()):
+            marker = "free"
+        sharp = category == "Blurs" and asks_sharpness(mention.group())
+        claim = True if marker == "free" else (not sharp) if marker == "negation" else good or sharp
+        claims.setdefault(category, claim)
+        previous = mention
+    return claims
+
+
+def _claims_hold(severities: dict, query: str) -> bool:
+    """Whether the yes/no question's claims about the named distortions hold, each claim its presence or (asked that
+    way) its absence. Claims of absence must all hold ("Is it free of noise and blur?", "no blur or noise": neither),
+    so must claims joined by "and" ("Is it noisy and blurry?"); claims of presence otherwise need one ("noisy or
+    blurry?")."""
+    question = question_part(query)
+    said = _absence_claims(query)
+    claims = {c: said.get(c, said[""]) for c in severities}
+    holds = [(sev != "none") != claims[c] for c, sev in severities.items()]
+    if any(claims.values()) or (re.search(r"\band\b", question, re.I) and not re.search(r"\bor\b", question, re.I)):
+        return all(holds)
+    return any(holds)
 
 
 # A question comparing distortions: "Which is worse, the blur or the noise?", "Is there less noise than blur?".
