@@ -713,16 +713,14 @@ def lm_setup_problem(exc: BaseException, otherwise: str = "run without a model (
     if invalid_request and "Provider NOT provided" in first:
         # A model string DSPy/LiteLLM cannot route, e.g. "gpt4o" or "foo/bar" (written as provider/model, but
         # with a provider nobody knows: "write it as provider/model" alone misled).
-        model = re.match(r"\[([^\]]+)\]", first)
-        unknown = model and "/" in model.group(1) and model.group(1).split("/")[0]
-        first = first.split(" Pass in")[0].rstrip(".") + (f"; {unknown!r} is not a provider LiteLLM knows" if unknown
+        tag = re.match(r"\[([^\]/]+)/", first)  # "[foo/bar] …": the provider it was given
+        provider = tag.group(1) if tag else None
+        first = first.split(" Pass in")[0].rstrip(".") + (f"; {provider!r} is not a provider LiteLLM knows" if provider
                                                           else "") + \
             "; write the model as provider/model (openai/gpt-4o, anthropic/..., gemini/..., ollama_chat/..., or " \
             "openai/NAME with --api-base for an OpenAI-compatible server)"
-        provider = re.match(r"\[([^\]/]+)/", first)
-        if provider and provider.group(1) != provider.group(1).lower():
-            name = provider.group(1)
-            first += f"; provider names are lower case ({name.lower()}/..., not {name}/...)"
+        if provider and provider != provider.lower():
+            first += f"; provider names are lower case ({provider.lower()}/..., not {provider}/...)"
     elif invalid_request and status == 404:
         first += " (HTTP 404: no such endpoint or model; OpenAI-compatible servers usually want --api-base ending in /v1)"
     elif invalid_request and status == 400 and re.search(r"image", first, re.I):

@@ -42,6 +42,7 @@ from signatures.models import (
     LEVEL_NAMES,
     LEVEL_SCORES,
     OVERALL,
+    QUALITY_LEVELS,
     DistortionAnalysis,
     ExecutorOutput,
     PlannerOutput,
@@ -356,7 +357,7 @@ def answer_question(query: str, plan: PlannerOutput, analyses: dict, fused_level
             # "How sharp is it? A. Excellent … E. Bad": the asked attribute's grade, from its damage's severity.
             worst = max(SEVERITY_RANK[_severity(analyses, c, query)] for c in asked if c in analyses) if any(
                 c in analyses for c in asked) else 0
-            target = LEVEL_SCORES[_LEVEL_OF_SEVERITY[worst]]
+            target = LEVEL_SCORES[QUALITY_LEVELS[worst]]  # severity rank 0 (none) → A … 4 (extreme) → E
             return min(by_level, key=lambda k: abs(by_level[k] - target))
         by_category = {k: named_distortions(v) for k, v in texts.items()}
         graded = {k: _option_grade(v) for k, v in texts.items()}
@@ -379,7 +380,7 @@ def answer_question(query: str, plan: PlannerOutput, analyses: dict, fused_level
             return (("Yes — " if verdict != negated else "No — ") if yes_no else sentence + " — ") + found
         if not yes_no:
             if RATING_WORDS.search(question_part(query)) and severities:  # "How would you rate the colours?"
-                letter = _LEVEL_OF_SEVERITY[max(SEVERITY_RANK[sev] for sev in severities.values())]
+                letter = QUALITY_LEVELS[max(SEVERITY_RANK[sev] for sev in severities.values())]
                 return f"{LEVEL_NAMES[letter]} ({letter}) — {found}"
             return found[:1].upper() + found[1:]
         return ("Yes — " if _claims_hold(severities, query) else "No — ") + found
@@ -392,9 +393,6 @@ def answer_question(query: str, plan: PlannerOutput, analyses: dict, fused_level
         return f"Quality {LEVEL_NAMES[fused_level].lower()} ({fused_level}); {main[0].lower()}{main[1:]}"
     return main
 
-
-# The level an attribute gets from the severity of its damage: "How sharp is it?" with no blur is Excellent.
-_LEVEL_OF_SEVERITY = {0: "A", 1: "B", 2: "C", 3: "D", 4: "E"}
 
 # A negation in the question ("Is there no blur?", "Is it not blurry?", "Does it lack detail?"), not "… or not?",
 # "yes or no", "if not" nor a contracted "Isn't it blurry?", which asks whether it is.
@@ -418,7 +416,7 @@ def _absence_claims(query: str) -> dict[str, bool]:
     noise"). A distortion asked only through the options or the plan takes the question's own negation, if any."""
     question = _NOT_A_NEGATION.sub(" ", question_part(query))
     good = _quality_polarity(_FREE_OF.sub(" ", re.sub(r"-free\b", " ", question))) is True  # "free" is said locally
-    claims: dict[str, bool] = {"": good != bool(_NEGATION.search(question)) or bool(_FREE_OF.search(question))}
+    claims: dict[str, bool] = {"": good != _negated(query) or bool(_FREE_OF.search(question))}
     previous, marker = None, None  # the last mention and its local marker ("negation" / "free" / None)
     for category, mention in distortion_mentions(question):
         before = " ".join(question[previous.end() if previous else 0: mention.start()].split()[-3:])
