@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import threading
 import time
 from pathlib import Path
@@ -29,7 +28,6 @@ DEFAULT_SCORING_QUERY = "Rate the overall quality of this image."
 # side all read as severe damage (E: "extreme motion blur", "JPEG blocking"), while from 48 px (six 8×8
 # blocks) the colour photos tried read clean (A/B). BRISQUE, the offline default tool, needs 32 px.
 MIN_IMAGE_SIDE = 48
-_YES_NO = re.compile(r"^\s*(is|are|does|do|can|could|was|were|has|have|which|what|where|why|how (?!good|bad))\b", re.I)
 
 
 class AssessmentResult(BaseModel):
@@ -74,11 +72,11 @@ class AssessmentResult(BaseModel):
 
 def decide_mode(query: str) -> Literal["score", "answer"]:
     """Scoring (level A–E + fused score) for rating requests; explanation/QA for questions and options."""
-    from agentic_iqa.agents.planner_rules import RATING_WORDS, mcq_options
+    from agentic_iqa.agents.planner_rules import RATING_WORDS, WH_QUESTION, YES_NO_QUESTION, mcq_options
 
     if mcq_options(query):
         return "answer"
-    if RATING_WORDS.search(query) and not _YES_NO.match(query):
+    if RATING_WORDS.search(query) and not (YES_NO_QUESTION.match(query) or WH_QUESTION.match(query)):
         return "score"
     return "answer"
 

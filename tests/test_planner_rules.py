@@ -74,3 +74,20 @@ def test_named_distortions_keep_the_vocabulary_order_or_the_text_order():
     assert named_distortions("Is the noise worse than the blur?") == ["Blurs", "Noise"]
     assert named_distortions("Is the noise worse than the blur?", in_text_order=True) == ["Noise", "Blurs"]
     assert named_distortions("Is it dark, noisy and dark again?", in_text_order=True) == ["Brightness change", "Noise"]
+
+
+@pytest.mark.parametrize("query,mode", [
+    ("Rate this photo.", "score"),
+    ("How good is the overall quality of this image?", "score"),
+    ("Evaluate the image quality.", "score"),
+    ("What is the quality like?", "answer"),               # a wh-question is answered in words
+    ("Is the quality acceptable?", "answer"),
+    ("Isn't the quality good enough to print?", "answer"),  # contracted yes/no questions too
+    ("Would the quality be fine for a poster?", "answer"),
+    ("Did compression hurt the quality?", "answer"),
+    ("Rate the sharpness. A. Good B. Bad", "answer"),       # options are answered with a label
+])
+def test_rating_requests_are_scored_and_questions_answered(query, mode):
+    from agentic_iqa.api import decide_mode
+
+    assert decide_mode(query) == mode

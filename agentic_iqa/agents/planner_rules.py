@@ -41,6 +41,12 @@ _OTHER_WORDS = re.compile(
 
 # A rating request or a question about the quality itself ("Rate this photo", "How is the quality?").
 RATING_WORDS = re.compile(r"\b(rate|rating|score|grade|assess|evaluate|quality|how good|how bad)\b", re.I)
+# A question that asks yes or no ("Is it…?", "Would you…?", "Isn't it…?"), and one that asks which, what, where, why
+# or how ("How good…?" and "How bad…?" ask for a rating, so they are not here).
+YES_NO_QUESTION = re.compile(r"^\s*(?:(?:is|are|was|were|does|do|did|has|have|had|can|could|will|would|should)\b|"
+                             r"(?:isn|aren|wasn|weren|doesn|don|didn|hasn|haven|hadn|can|couldn|won|wouldn|shouldn)['’]t\b)",
+                             re.I)
+WH_QUESTION = re.compile(r"^\s*(?:which|what|where|why|how (?!good|bad))\b", re.I)
 
 # Nouns that mean "the picture itself", not a region of it.
 _NOT_REGIONS = {

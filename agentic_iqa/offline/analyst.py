@@ -28,6 +28,7 @@ from typing import Optional
 from agentic_iqa.agents.context import AssessmentContext
 from agentic_iqa.agents.planner_rules import (
     RATING_WORDS,
+    YES_NO_QUESTION,
     asks_sharpness,
     distortion_mentions,
     mcq_options,
@@ -368,7 +369,7 @@ def answer_question(query: str, plan: PlannerOutput, analyses: dict, fused_level
             target = LEVEL_SCORES[fused_level]
             return min(by_level, key=lambda k: abs(by_level[k] - target))
         return next(iter(texts))  # no option the measurements can speak to; the reasoning says what was measured
-    yes_no = bool(_YES_NO_QUESTION.match(question_part(query)))
+    yes_no = bool(YES_NO_QUESTION.match(question_part(query)))
     if asked:
         # One case for every name in the list (the question's own word "blur" beside the category "Noise" read as a
         # typo); a capital only where the answer starts with the list.
@@ -600,9 +601,6 @@ _GOOD_WORDS = re.compile(r"\b(?:above[- ]average|better than average|good|fine|o
                          r"well[- ](?:exposed|lit|balanced|focused))\b", re.I)
 _BAD_WORDS = re.compile(r"\b(?:below[- ]average|worse than average|bad|poor|low[- ]quality|degraded|distorted|damaged|"
                         r"corrupt\w*|defective|flawed|impaired|wrong|problems?)\b", re.I)
-_YES_NO_QUESTION = re.compile(r"^\s*(?:(?:is|are|was|were|does|do|did|has|have|had|can|could|will|would|should)\b|"
-                              r"(?:isn|aren|wasn|weren|doesn|don|didn|hasn|haven|hadn|can|couldn|won|wouldn|shouldn)['’]t\b)",
-                              re.I)
 
 
 def _good(fused_level: str) -> bool:
