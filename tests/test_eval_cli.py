@@ -267,3 +267,14 @@ def test_bench_convert_kadid_names_the_file_and_line_of_a_bad_row(tmp_path, line
     assert res.exit_code == 2, res.output
     assert res.output.startswith(f"error: {csv}, {said}"), res.output
     assert len(res.output.strip().splitlines()) == 1 and not (tmp_path / "manifest.jsonl").exists()
+
+
+@pytest.mark.parametrize("limit", [0, -3])
+def test_evaluate_in_python_refuses_a_limit_below_one(tmp_path, limit):
+    """The CLI refuses these; called from Python, limit=0 ran every row and -3 dropped the last three."""
+    from agentic_iqa.bench.evaluate import evaluate
+
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text('{"id": "a", "image": "a.png", "mos": 3}\n')
+    with pytest.raises(ValueError, match="limit must be at least 1"):
+        evaluate(manifest, assessor=None, modes=["nr"], limit=limit)

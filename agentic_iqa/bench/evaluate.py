@@ -148,7 +148,10 @@ def summarize(items: list[ItemResult]) -> dict:
 def evaluate(manifest: Path, assessor, *, modes: list[Mode], split: str = "test", limit: Optional[int] = None,
              concurrency: int = 1, on_item=None, on_start=None,
              allow_outside: bool = False) -> tuple[dict, list[ItemResult], list]:
-    """Rows whose paths leave the manifest's folder are skipped unless `allow_outside` (as `assess --manifest`)."""
+    """Rows whose paths leave the manifest's folder are skipped unless `allow_outside` (as `assess --manifest`).
+    `limit`: only the first N rows after the split filter (None: all)."""
+    if limit is not None and limit < 1:  # 0 would otherwise mean "all" and run a whole data set unasked
+        raise ValueError(f"limit must be at least 1 (got {limit}); pass None to evaluate every row")
     rows, problems = read_manifest(manifest, allow_outside=allow_outside)
     if split != "all":
         chosen = [r for r in rows if r.split == split]
@@ -158,7 +161,7 @@ def evaluate(manifest: Path, assessor, *, modes: list[Mode], split: str = "test"
                              f"split {', '.join(repr(o) for o in others)}); evaluate them with --split all"
                              + "".join(f" or --split {o}" for o in others))
         rows = chosen
-    if limit:
+    if limit is not None:
         rows = rows[:limit]
     items = run_items(assessor, rows, modes, concurrency, on_item, on_start)
     report = summarize(items)
