@@ -268,6 +268,17 @@ def test_cli_compile_errors_are_one_clear_line(tmp_path, monkeypatch):
     assert res.exit_code == 2 and "OPENAI_API_KEY" in res.output and "--lm demo" in res.output, res.output
 
 
+def test_cli_compile_checks_api_base_and_says_when_the_demo_lm_ignores_it(tmp_path):
+    """A malformed --api-base ran the compile (with --lm demo) as if it were fine; a valid one was silently unused."""
+    args = ["compile", "-m", "planner", "-O", "labeled", "--lm", "demo", "--config", str(tmp_path), "--json"]
+    res = runner.invoke(app, [*args, "--out", str(tmp_path / "a.json"), "--api-base", "notaurl"])
+    assert res.exit_code == 2 and "--api-base 'notaurl' is not a valid http(s) URL" in res.output, res.output
+    assert not (tmp_path / "a.json").exists()
+    res = runner.invoke(app, [*args, "--out", str(tmp_path / "b.json"), "--api-base", "http://127.0.0.1:9/v1"])
+    assert res.exit_code == 0, res.output
+    assert "--api-base is not used: the demo LM (--lm demo) sends no requests" in res.stderr
+
+
 def test_cli_compile_checks_the_output_path_before_spending_lm_calls(tmp_path, monkeypatch):
     # Before, an --out that cannot be written failed only after the whole compile (every LM call spent)
     # with "compile failed: FileNotFoundError …" (exit 1); /dev/full gave "FileExistsError: File exists".

@@ -63,6 +63,18 @@ def compile_command(
         fail(f"--module must be one of {', '.join(MODULE_NAMES)} or all (got {module!r})")
     if module == "all" and (trainset or valset):
         fail("--trainset/--valset are per module: use them with one --module, not all")
+    if api_base is not None:
+        from agentic_iqa.config import checked_base_url
+
+        try:  # a typo fails now, as in assess and eval, not at the first LM call
+            checked_base_url(api_base, "--api-base")
+        except ConfigError as exc:
+            fail(escape(str(exc)), EXIT_BAD_INPUT)
+        if lm == DEMO and {teacher, reflection_lm} <= {None, DEMO}:
+            from rich.console import Console
+
+            Console(stderr=True, highlight=False).print(
+                "[yellow]note:[/] --api-base is not used: the demo LM (--lm demo) sends no requests", soft_wrap=True)
     previous = catch_sigint()
     try:
         results = _compile(modules, optimizer, lm, teacher, reflection_lm, api_base, config, trainset, valset, out,
