@@ -882,7 +882,8 @@ def test_a_content_question_with_options_gets_no_guessed_letter(measured):
     assert answer.startswith("The offline analyst answers quality questions only: quality ")
 
 
-def test_a_rating_asked_on_another_scale_gets_the_score_on_it(tmp_path, astronaut):
+def test_a_rating_asked_on_another_scale_gets_the_score_on_it(tmp_path, astronaut, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "120")
     import agentic_iqa
     from signatures.models import on_asked_scale
 
@@ -895,6 +896,12 @@ def test_a_rating_asked_on_another_scale_gets_the_score_on_it(tmp_path, astronau
     expected = 1 + (r.score - 1) / 4 * 9
     assert r.answer == f"{r.level} ({r.result.final_answer.split('(')[1].split(')')[0]}), score {r.score:.2f}/5, " \
                        f"{expected:.1f} on the 1–10 scale asked"
+    # The CLI's panel opened with the 1–5 score only: the value on the scale asked was in --json alone.
+    from agentic_iqa.cli.assess import render
+
+    render(r)
+    head = next(line for line in capsys.readouterr().out.splitlines() if "Level" in line)
+    assert f"score {r.score:.2f} / 5 ({expected:.1f} on the 1–10 scale asked)" in head
 
 
 def test_a_rating_of_one_attribute_is_graded(measured):

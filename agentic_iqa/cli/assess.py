@@ -366,11 +366,16 @@ def render(result, verbose: bool = False) -> None:
     from rich.panel import Panel
     from rich.table import Table
 
+    from signatures.models import on_asked_scale
+
     con = Console()
     r = result.result
     head = f"[bold]{escape(r.final_answer)}[/]"
     if result.mode == "score" and r.score is not None:
         head = f"[bold]Level {r.level}[/] · score [bold]{r.score:.2f}[/] / 5"
+        asked = on_asked_scale(r.score, result.query)  # "Rate it from 1 to 10": that scale's value too
+        if asked:
+            head += f" ({asked.lstrip(', ')})"
     body = f"{head}\n\n{escape(r.quality_reasoning)}"
     footer = answered_by(result)
     # A narrow answer must not cut the footer short (it names the stages that fell back).
