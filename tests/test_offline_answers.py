@@ -909,3 +909,15 @@ def test_a_rating_of_one_attribute_is_graded(measured):
     assert _answer("How would you rate the sharpness?", measured["clean"]) == "Excellent (A) — blur: none"
     assert _answer("How would you rate the sharpness?", measured["blurred"]).startswith("Bad (E) — blur: ")
     assert _answer("How would you rate the noise?", measured["noisy"]).startswith(("Poor (D) — noise: ", "Bad (E) — noise: "))
+
+
+# ── a scikit-image audit (session 32) ───────────────────────────────────────────────────────────
+
+@pytest.mark.parametrize("query", ["Is there banding?", "Is the image posterized?", "Is there posterisation?",
+                                   "Is there colour quantization? A. Yes B. No"])
+def test_banding_is_asked_of_the_colour_quantization_detector(astronaut, query):
+    # "Is there banding?" was answered "answers quality questions only": the planner knew no banding word.
+    assert rule_plan(query, has_reference=False).distortions == {"Global": ["Color distortions"]}
+    clean, banded = sv.analyze(astronaut), sv.analyze(distort(astronaut, "color quantization", 5))
+    yes, no = ("A", "B") if "A." in query else ("Yes — colour banding: ", "No — colour banding: none")
+    assert _answer(query, banded).startswith(yes) and _answer(query, clean).startswith(no), (query, _answer(query, banded))

@@ -27,7 +27,8 @@ _DISTORTION_WORDS: list[tuple[str, str]] = [
     (r"bright\w*|dark\w*|(?:over-?|under-?)?expos(?:ed|ure)|dim|illuminat\w*|lighting|(?:well|under|over|poorly|dimly)[- ]?lit|"
      r"enough light|low[- ]light|blown(?:[- ]out)?|clipped|burn(?:ed|t)[- ]out", "Brightness change"),
     (r"contrast\w*|washed[- ]out|flat", "Contrast"),
-    (r"colou?r\w*|saturat\w*|desaturat\w*|hue|tint\w*|cast", "Color distortions"),
+    # Banding is colour quantization: the Color distortions category's "quantized" detector.
+    (r"colou?r\w*|saturat\w*|desaturat\w*|hue|tint\w*|cast|banding|posteri[sz]\w*|quanti[sz]\w*", "Color distortions"),
     (r"over-?sharp\w*|sharpen\w*|halo\w*", "Sharpness"),
 ]
 
