@@ -70,3 +70,16 @@ def test_fit_without_negatives_at_high_scores_is_barely_changed():
     fit = {**sv.fit_detector(x, y, w), "features": ["reblur"], "clean_offset": 0.0}
     for v in (3.0, 4.0, 5.0):
         assert _level_at({**fit, "pos_ramp": [2.0, 3.0]}, v) == pytest.approx(_level_at(fit, v), abs=0.25)
+
+
+def test_a_verdict_does_not_quote_a_value_on_the_clean_side_as_its_damage():
+    # The Moon photo read "Slight JPEG blocking: 8x8 JPEG grid ratio 1.01; clean training photos measure 1.02 to
+    # 1.11": the quoted value is less blocky than any clean photo, so the call rests on the other measures.
+    det = next(d for d in sv.DETECTORS if d.name == "jpeg")
+    fit = sv.load_thresholds()["nr"]["jpeg"]
+    lo, _, hi = fit["clean"]
+    text = sv._explain(det, "nr", fit, {"jpeg_grid": lo * 0.99}, 1.0)
+    assert text.startswith("Slight JPEG blocking suggested by the combined measures;"), text
+    assert "itself is below what clean training photos measure" in text and "benchmark damage" not in text, text
+    blocky = sv._explain(det, "nr", fit, {"jpeg_grid": fit["by_level"]["3"]}, 3.0)
+    assert blocky.startswith("Moderate JPEG blocking: 8x8 JPEG grid ratio") and "benchmark damage" in blocky, blocky

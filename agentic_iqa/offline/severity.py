@@ -878,6 +878,14 @@ def _explain(det: Detector, mode: str, fit: dict, s: dict, level: float) -> str:
         # The call rests on the detector's other measures; the quoted one is not itself damage.
         return (f"{verdict.capitalize()} {det.label} suggested by the combined measures; {name} {_num(value)} "
                 f"is itself within what clean training photos measure ({_num(lo)} to {_num(hi)}).")
+    worst = fit.get("by_level", {}).get("5")
+    if mode == "nr" and worst is not None and (value - mid) * (worst - mid) < 0:
+        # Past the clean range on the side away from the damage ("Slight JPEG blocking: grid ratio 1.01; clean
+        # training photos measure 1.02 to 1.11" read as if the value were the damage).
+        side = "below" if value < lo else "above"
+        return (f"{verdict.capitalize()} {det.label} suggested by the combined measures; {name} {_num(value)} "
+                f"itself is {side} what clean training photos measure ({_num(lo)} to {_num(hi)}), away from this "
+                "damage.")
     nearest = str(min(5, max(1, round(level))))
     typical = fit.get("by_level", {}).get(nearest)
     like = _benchmark_comparison(value, fit["by_level"], int(nearest)) if typical is not None else ""
