@@ -921,3 +921,15 @@ def test_banding_is_asked_of_the_colour_quantization_detector(astronaut, query):
     clean, banded = sv.analyze(astronaut), sv.analyze(distort(astronaut, "color quantization", 5))
     yes, no = ("A", "B") if "A." in query else ("Yes — colour banding: ", "No — colour banding: none")
     assert _answer(query, banded).startswith(yes) and _answer(query, clean).startswith(no), (query, _answer(query, banded))
+
+
+def test_white_balance_and_good_enough_are_whole_image_answers(tmp_path, astronaut):
+    # "Is the white balance off?" was "answers quality questions only" about a region "white"; "Is this good enough to
+    # print?" said it "measured the whole image, not the good alone".
+    import agentic_iqa
+
+    for query, start in (("Is the white balance off?", "No — color distortions: none"),
+                         ("Is this good enough to print?", "Yes — quality ")):
+        r = agentic_iqa.assess(astronaut, query, config=tmp_path, backend="offline", use_cache=False)
+        assert r.answer.startswith(start), (query, r.answer)
+        assert "alone" not in r.result.quality_reasoning and "cannot see" not in r.result.quality_reasoning

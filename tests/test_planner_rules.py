@@ -91,3 +91,22 @@ def test_rating_requests_are_scored_and_questions_answered(query, mode):
     from agentic_iqa.api import decide_mode
 
     assert decide_mode(query) == mode
+
+
+@pytest.mark.parametrize("query,scope,dists", [
+    # "white" was read as a region ("measured the whole image, not the white alone") and the question as no quality
+    # question; white balance, like a colour cast or tint, is the whole image's colour.
+    ("Is the white balance off?", ["Global"], {"Global": ["Color distortions"]}),
+    ("Is the white-balance correct? A. Yes B. No", ["Global"], {"Global": ["Color distortions"]}),
+    ("Is there a colour cast?", ["Global"], {"Global": ["Color distortions"]}),
+    ("Does the image have a tint?", ["Global"], {"Global": ["Color distortions"]}),
+    # Adjectives are not regions ("the good" was one); the noun after one is, with it.
+    ("Is this good enough to print?", ["Global"], None),
+    ("Is the good one sharper?", ["Global"], {"Global": ["Blurs"]}),
+    ("Is the white car blurry?", ["white car"], {"white car": ["Blurs"]}),
+    ("Is the white car on the left blurry?", ["white car on the left"], {"white car on the left": ["Blurs"]}),
+    ("Is the new version sharper?", ["Global"], {"Global": ["Blurs"]}),  # still the picture, not a region
+])
+def test_white_balance_is_colour_and_adjectives_are_not_regions(query, scope, dists):
+    p = rule_plan(query, has_reference=False)
+    assert (p.query_scope, p.distortions) == (scope, dists)

@@ -27,8 +27,10 @@ _DISTORTION_WORDS: list[tuple[str, str]] = [
     (r"bright\w*|dark\w*|(?:over-?|under-?)?expos(?:ed|ure)|dim|illuminat\w*|lighting|(?:well|under|over|poorly|dimly)[- ]?lit|"
      r"enough light|low[- ]light|blown(?:[- ]out)?|clipped|burn(?:ed|t)[- ]out", "Brightness change"),
     (r"contrast\w*|washed[- ]out|flat", "Contrast"),
-    # Banding is colour quantization: the Color distortions category's "quantized" detector.
-    (r"colou?r\w*|saturat\w*|desaturat\w*|hue|tint\w*|cast|banding|posteri[sz]\w*|quanti[sz]\w*", "Color distortions"),
+    # Banding is colour quantization: the Color distortions category's "quantized" detector. White balance, like a
+    # cast or tint, is the whole image's colour.
+    (r"colou?r\w*|saturat\w*|desaturat\w*|hue|tint\w*|cast|white[- ]balance|banding|posteri[sz]\w*|quanti[sz]\w*",
+     "Color distortions"),
     (r"over-?sharp\w*|sharpen\w*|halo\w*", "Sharpness"),
 ]
 
@@ -65,7 +67,16 @@ _NOT_OBJECTS = {
     "less", "left", "right", "top", "bottom", "first", "second", "other", "given", "above", "below", "way",
     "visual", "perceived", "perceptual", "general", "technical", "amount", "degree", "severity", "level",
     "on", "in", "at", "to", "for", "of", "as", "by", "from", "into", "onto", "online",  # "post this on Instagram"
+    "enough",  # "Is this good enough to print?"
 }
+# Adjectives after a determiner: not objects themselves ("Is this good enough?"), but the noun after one is, with it
+# ("the white car").
+_ADJECTIVES = {
+    "good", "bad", "fine", "ok", "okay", "great", "nice", "decent", "acceptable", "usable", "suitable", "poor",
+    "excellent", "clean", "clear", "high", "low", "big", "small", "large", "old", "new",
+    "white", "black", "grey", "gray", "red", "green", "blue", "yellow", "orange", "purple", "pink", "brown",
+}
+_NEXT_WORD = re.compile(r"\s+([a-z][a-z\-]*)", re.I)
 # Nouns for the picture: the word before one describes the picture ("the distorted image", "this old photo").
 _PICTURE_NOUNS = re.compile(r"\s+(?:image|photo|photograph|picture|pic|shot|frame|version|one|copy)\b", re.I)
 # Option labels as people write them: "A. Yes", "A) Yes", "(A) Yes", "[A] Yes", "A: Yes", one per line or inline, in
@@ -128,8 +139,8 @@ _LOCATION = re.compile(
 
 
 def _object_word(word: str, excluded: set) -> bool:
-    return not (word in excluded or word in _NOT_REGIONS or word in _NOT_OBJECTS or _OTHER_WORDS.fullmatch(word)
-                or _is_distortion_word(word) or word.endswith("ly"))
+    return not (word in excluded or word in _NOT_REGIONS or word in _NOT_OBJECTS or word in _ADJECTIVES
+                or _OTHER_WORDS.fullmatch(word) or _is_distortion_word(word) or word.endswith("ly"))
 
 
 # A part of the frame: "the bottom half", "the top-left corner", "the left side" ("bottom", "left" alone are not
@@ -157,13 +168,18 @@ def named_regions(text: str, exclude: Iterable[str] = ()) -> list[str]:
             continue
         if regions and re.search(r"\bof\s*$", text[: m.start()], re.I):
             continue  # "the face of the man": the region is the face (but "the quality of the sky": the sky)
-        word = (m.group(2) or m.group(1)).lower()
-        if not _object_word(word, excluded) or (not m.group(2) and _PICTURE_NOUNS.match(text, m.end())):
+        word, end, adjective = (m.group(2) or m.group(1)).lower(), m.end(), ""
+        if not m.group(2) and word in _ADJECTIVES and not _PICTURE_NOUNS.match(text, end):
+            noun = _NEXT_WORD.match(text, end)
+            if noun is None:
+                continue
+            adjective, word, end = word + " ", noun.group(1).lower(), noun.end()
+        if not _object_word(word, excluded) or (not m.group(2) and _PICTURE_NOUNS.match(text, end)):
             continue
-        phrase, taken = word, m.end()
-        loc = _LOCATION.match(text, m.end())
+        phrase, taken = adjective + word, end
+        loc = _LOCATION.match(text, end)
         if loc and loc.group(2).lower() not in _NOT_REGIONS:
-            phrase, taken = f"{word} {' '.join(loc.group(1).lower().split())}", loc.end()
+            phrase, taken = f"{phrase} {' '.join(loc.group(1).lower().split())}", loc.end()
         if phrase not in regions:
             regions.append(phrase)
     return regions
