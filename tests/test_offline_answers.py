@@ -12,6 +12,7 @@ from agentic_iqa.agents.planner_rules import asks_sharpness, rule_plan
 from agentic_iqa.bench.synth import distort, load_reference
 from agentic_iqa.offline import severity as sv
 from agentic_iqa.fusion import level_letter
+from agentic_iqa.offline import analyst
 from agentic_iqa.offline.analyst import answer_question
 
 
@@ -933,3 +934,18 @@ def test_white_balance_and_good_enough_are_whole_image_answers(tmp_path, astrona
         r = agentic_iqa.assess(astronaut, query, config=tmp_path, backend="offline", use_cache=False)
         assert r.answer.startswith(start), (query, r.answer)
         assert "alone" not in r.result.quality_reasoning and "cannot see" not in r.result.quality_reasoning
+
+
+def test_list_all_distortions_names_every_one_measured_worst_first(measured, astronaut):
+    # "List all distortions" named only the most visible one.
+    both = sv.analyze(distort(distort(astronaut, "gaussian blur", 3), "white noise", 5))
+    found = sorted((a for a in both.values() if a.severity != "none"),
+                   key=lambda a: (sv.SEVERITIES.index(a.severity), a.level_raw), reverse=True)
+    assert len(found) >= 2, [(a.category, a.severity) for a in found]
+    names = ", ".join(f"{analyst.damage_name(a.detector)} ({a.severity})" for a in found)
+    for query in ("List all distortions", "What distortions are there?", "What are the problems?"):
+        assert _answer(query, both) == f"Distortions measured, worst first: {names}.", query
+        assert _answer(query, measured["clean"]) == "None: no distortion measured above the clean-photo range."
+    # One distortion asked for is still the main one, and a rating of them still a rating.
+    assert _answer("What is the main distortion?", both).startswith("The most visible distortion is ")
+    assert _answer("How would you rate the distortions?", both).startswith("Quality ")

@@ -28,6 +28,7 @@ from typing import Optional
 from agentic_iqa.agents.context import AssessmentContext
 from agentic_iqa.agents.planner_rules import (
     RATING_WORDS,
+    WH_QUESTION,
     YES_NO_QUESTION,
     asks_sharpness,
     distortion_mentions,
@@ -388,6 +389,8 @@ def answer_question(query: str, plan: PlannerOutput, analyses: dict, fused_level
     if yes_no and polarity is not None:
         good = (_good(fused_level) == polarity) != negated
         return f"{'Yes' if good else 'No'} — quality {LEVEL_NAMES[fused_level].lower()} ({fused_level})"
+    if _asks_for_list(question_part(query)):
+        return _distortion_list(analyses)
     main = _main_distortion(analyses)
     if RATING_WORDS.search(question_part(query)) or re.match(r"\s*how\b", query, re.I):
         # "How is the quality of the face?", "How similar is it to the reference?" ask for the quality first
@@ -490,6 +493,31 @@ def _comparison(query: str, analyses: dict, severities: Optional[dict] = None) -
         sentence = f"{top[0]} is {word}"
     verdict = rank[named[0]] == best and len(top) == 1 if len(named) == 2 else None
     return verdict, sentence[:1].upper() + sentence[1:]
+
+
+# "List all distortions", "What distortions are there?": every one measured, not only the most visible ("Any
+# defects?" and "What is the main distortion?" still get the main one).
+_LIST_WORDS = re.compile(r"\b(?:list|enumerate)\b", re.I)
+_PLURAL_DAMAGE = re.compile(r"\b(?:distortions|artifacts|artefacts|defects|flaws|issues|problems)\b", re.I)
+
+
+def _asks_for_list(question: str) -> bool:
+    if RATING_WORDS.search(question):  # "How would you rate the distortions?" asks for a rating
+        return False
+    return bool(_LIST_WORDS.search(question) or (WH_QUESTION.match(question) and _PLURAL_DAMAGE.search(question)))
+
+
+def _measured_worst_first(analyses: dict) -> list:
+    """The categories measured at slight or worse, worst severity first (then the higher level)."""
+    return sorted((a for a in analyses.values() if a.severity != "none"),
+                  key=lambda a: (SEVERITY_RANK[a.severity], a.level_raw), reverse=True)
+
+
+def _distortion_list(analyses: dict) -> str:
+    found = _measured_worst_first(analyses)
+    if not found:
+        return "None: no distortion measured above the clean-photo range."
+    return "Distortions measured, worst first: " + ", ".join(f"{damage_name(a.detector)} ({a.severity})" for a in found) + "."
 
 
 def _main_distortion(analyses: dict) -> str:
