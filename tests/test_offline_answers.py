@@ -949,3 +949,53 @@ def test_list_all_distortions_names_every_one_measured_worst_first(measured, ast
     # One distortion asked for is still the main one, and a rating of them still a rating.
     assert _answer("What is the main distortion?", both).startswith("The most visible distortion is ")
     assert _answer("How would you rate the distortions?", both).startswith("Quality ")
+
+
+@pytest.fixture(scope="module")
+def against_reference(astronaut):
+    """Full-reference analyses of the astronaut blurred, JPEG-compressed and unchanged, each against the original."""
+    import io
+
+    from PIL import Image
+
+    jpeg = Image.open(io.BytesIO(distort(astronaut, "jpeg", 5)))  # the encoder's bytes
+    return {name: sv.analyze(image, astronaut) for name, image in (
+        ("blurred", distort(astronaut, "gaussian blur", 4)), ("jpeg", jpeg), ("same", astronaut))}
+
+
+def _answer_with_reference(query: str, analyses: dict) -> str:
+    return answer_question(query, rule_plan(query, has_reference=True), analyses, "C")
+
+
+@pytest.mark.parametrize("query,answers", [
+    # Every one of these was answered A on the damaged images, whatever A said.
+    ("Which image is better? A. The distorted image B. The reference image", {"blurred": "B", "jpeg": "B", "same": "A"}),
+    ("Which image is better? A. The reference B. The distorted one C. They are equal", {"blurred": "A", "same": "C"}),
+    ("Which image is worse? A. The reference B. The test image", {"jpeg": "B", "same": "A"}),
+    # The worst severity sets the amount: none → None, slight/moderate → a little, severe/extreme → a lot.
+    ("How much quality was lost compared to the reference? A. None B. A little C. A lot",
+     {"blurred": "C", "jpeg": "C", "same": "A"}),
+    ("How much quality was lost compared to the reference? A. A lot B. None C. A little", {"jpeg": "A", "same": "B"}),
+    ("How much worse is it than the original? A. Not at all B. Slightly C. Significantly", {"blurred": "C", "same": "A"}),
+    ("Is this image better than the reference? A. Yes B. No", {"blurred": "B", "jpeg": "B", "same": "B"}),
+    ("Is the reference better than this image? A. Yes B. No", {"blurred": "A", "jpeg": "A", "same": "B"}),
+    ("Is the image worse than the reference? A. Yes B. No", {"jpeg": "A", "same": "B"}),
+])
+def test_a_comparison_with_the_reference_follows_what_was_lost(against_reference, query, answers):
+    for image, expected in answers.items():
+        assert _answer_with_reference(query, against_reference[image]) == expected, (image, query)
+
+
+def test_which_image_is_better_says_the_reference_and_why(against_reference):
+    # "Which image is better?" was answered "The most visible distortion is blur (severe)".
+    blurred = _answer_with_reference("Which image is better?", against_reference["blurred"])
+    assert re.fullmatch(r"The reference is better: the image shows blur \((slight|moderate|severe|extreme)\)[^.]* "
+                        r"against it\.", blurred), blurred
+    assert _answer_with_reference("Which image is better?", against_reference["same"]) == (
+        "They measure the same: no distortion measured against the reference.")
+    lost = _answer_with_reference("How much quality was lost compared to the reference?", against_reference["jpeg"])
+    assert lost.startswith("A lot — compared with the reference the image shows JPEG blocking ("), lost
+    # Without a reference these are not read as comparisons with one.
+    assert not _answer("Which image is better?", against_reference["blurred"]).startswith("The reference")
+    # A comparison naming a distortion is still asked of it.
+    assert _answer_with_reference("Is the image blurrier than the reference? A. Yes B. No", against_reference["jpeg"]) == "B"

@@ -339,6 +339,9 @@ def answer_question(query: str, plan: PlannerOutput, analyses: dict, fused_level
                 f" ({fused_level}); {main[0].lower()}{main[1:]}")
     options = mcq_options(query)
     asked = [c for dists in (plan.distortions or {}).values() for c in dists] or named_distortions(query)
+    against = _against_reference(query, plan)
+    if against is not None and not asked and (answer := _answer_against_reference(query, *against, analyses)):
+        return answer
     polarity = _quality_polarity(query)
     negated = _negated(query)
     if options:
@@ -518,6 +521,89 @@ def _distortion_list(analyses: dict) -> str:
     if not found:
         return "None: no distortion measured above the clean-photo range."
     return "Distortions measured, worst first: " + ", ".join(f"{damage_name(a.detector)} ({a.severity})" for a in found) + "."
+
+
+# A question setting the image against its reference, asked with one ("Which image is better?", "Is it identical to the
+# reference?", "How much quality was lost compared to the reference?"). The full-reference measures find what the image
+# lost against the reference, taken as the undamaged original: nothing measured means they measure the same, and they
+# never find the image better.
+_REFERENCE_NAMED = re.compile(r"\b(?:reference|original|pristine|undistorted)\b", re.I)
+_WHICH_IMAGE = re.compile(r"\bwhich\s+(?:image|photo|picture|one|version|is)\b|\b(?:two|both)\s+(?:images|photos|pictures)\b",
+                          re.I)
+_AGAINST_KINDS = (
+    ("better", re.compile(r"\b(?:better|best|superior|higher[- ]quality|prefer\w*)\b", re.I)),
+    ("worse", re.compile(r"\b(?:worse|worst|inferior|lower[- ]quality|poorer)\b", re.I)),
+    ("changed", re.compile(r"\b(?:differ\w*|chang\w*|altered|modified|lost|loss|degrad\w*|compar\w*)\b", re.I)),
+)
+# Options naming one of the two images, or neither ("A. The distorted image B. The reference image C. Equal").
+_EQUAL_OPTION = re.compile(r"\b(?:same|equal(?:ly)?|both|neither|identical|no difference|tie)\b", re.I)
+_IMAGE_OPTION = re.compile(r"\b(?:image|photo|picture|version|one|copy|distorted|test|this|it)\b", re.I)
+
+
+def _against_reference(query: str, plan: PlannerOutput) -> Optional[tuple[str, bool]]:
+    """(what the question asks of the pair: "same", "better", "worse" or "changed"; whether its claim is about the
+    reference: "Is the reference better than this image?") for a question comparing the image with its reference, else
+    None."""
+    question = question_part(query)
+    if plan.reference_mode != "Full-Reference" or not (_REFERENCE_NAMED.search(query) or _WHICH_IMAGE.search(question)):
+        return None
+    for kind, pattern in _AGAINST_KINDS:
+        if m := pattern.search(question):
+            named = _REFERENCE_NAMED.search(question)
+            return kind, bool(named and named.start() < m.start())
+    return None
+
+
+def _option_side(text: str) -> Optional[str]:
+    if _EQUAL_OPTION.search(text):
+        return "equal"
+    return "reference" if _REFERENCE_NAMED.search(text) else "image" if _IMAGE_OPTION.search(text) else None
+
+
+# An amount of loss for "How much quality was lost?": slight and moderate are a little, severe and extreme a lot.
+_LOSS_AMOUNTS = {"none": "None", "slight": "A little", "moderate": "A little", "severe": "A lot", "extreme": "A lot"}
+
+
+def _answer_against_reference(query: str, kind: str, about_reference: bool, analyses: dict) -> Optional[str]:
+    """The answer to a question comparing the image with its reference (``_against_reference``) from what the
+    full-reference measures found lost, or None for options it cannot read (left to the other rules)."""
+    found = _measured_worst_first(analyses)
+    worst = found[0].severity if found else "none"
+    lost = ", ".join(f"{damage_name(a.detector)} ({a.severity})" for a in found)
+    detail = f"compared with the reference the image shows {lost}" if found else "no distortion measured against the reference"
+    holds = {"same": not found, "changed": bool(found), "better": bool(found) and about_reference,
+             "worse": bool(found) and not about_reference}[kind] != _negated(query)
+    options = mcq_options(query)
+    if options:
+        texts = {k: v.strip().rstrip(".?") for k, v in options.items()}
+        yes = next((k for k, v in texts.items() if _YES.match(v)), None)
+        no = next((k for k, v in texts.items() if _NO.match(v)), None)
+        if yes and no:
+            return yes if holds else no
+        sides = {k: _option_side(v) for k, v in texts.items()}
+        if kind in ("better", "worse") and all(sides.values()):
+            # Something lost: the reference is the better one, the image the worse. Else the equal option, or, without
+            # one, the option that does not say the image lost quality.
+            wanted = ([("reference" if kind == "better" else "image")] if found
+                      else ["equal", "image" if kind == "better" else "reference"])
+            return next((k for side in wanted for k, v in sides.items() if v == side), None)
+        graded = {k: g for k, v in texts.items() if (g := _option_grade(v)) is not None}
+        if kind in ("changed", "worse") and len(graded) >= 2:  # "A. None B. A little C. A lot", in any order
+            # Nearest to the worst severity; between two as near, the milder (moderate is "a little" beside "a lot").
+            return min(graded, key=lambda k: (abs(SEVERITY_RANK[graded[k]] - SEVERITY_RANK[worst]),
+                                              SEVERITY_RANK[graded[k]]))
+        return None
+    question = question_part(query)
+    if YES_NO_QUESTION.match(question):
+        return ("Yes — " if holds else "No — ") + detail
+    if re.match(r"\s*how\s+(?:much|far)\b", question, re.I):
+        return f"{_LOSS_AMOUNTS[worst]} — {detail}"
+    if kind in ("better", "worse", "same"):
+        if not found:
+            return f"They measure the same: {detail}."
+        return (f"The reference is better: the image shows {lost} against it." if kind == "better"
+                else f"The image is worse: it shows {lost} against the reference.")
+    return (detail[:1].upper() + detail[1:] + ".") if found else f"Nothing measured changed: {detail}."
 
 
 def _main_distortion(analyses: dict) -> str:
