@@ -999,3 +999,38 @@ def test_which_image_is_better_says_the_reference_and_why(against_reference):
     assert not _answer("Which image is better?", against_reference["blurred"]).startswith("The reference")
     # A comparison naming a distortion is still asked of it.
     assert _answer_with_reference("Is the image blurrier than the reference? A. Yes B. No", against_reference["jpeg"]) == "B"
+
+
+@pytest.mark.parametrize("query,answers", [
+    # "answers quality questions only", even for an image compared with itself.
+    ("Is the image identical to the reference? A. Yes B. No", {"blurred": "B", "jpeg": "B", "same": "A"}),
+    ("Is it the same as the original? A. Yes B. No", {"jpeg": "B", "same": "A"}),
+    ("Is the image different from the reference? A. Yes B. No", {"blurred": "A", "same": "B"}),
+    ("Has the image changed compared to the reference? A. Yes B. No", {"jpeg": "A", "same": "B"}),
+    ("Is there no difference from the original? A. Yes B. No", {"blurred": "B", "same": "A"}),
+])
+def test_identical_same_and_changed_are_answered_from_the_full_reference_evidence(against_reference, query, answers):
+    for image, expected in answers.items():
+        assert _answer_with_reference(query, against_reference[image]) == expected, (image, query)
+    # Without a reference there is nothing to compare with: the analyst still says what it answers.
+    assert _answer(query, against_reference["same"]).startswith("The offline analyst answers quality questions only")
+
+
+def test_what_changed_against_the_reference_says_what_the_measures_show(tmp_path, astronaut):
+    # It was prefixed with "cannot see what the picture shows" and answered "quality questions only".
+    import agentic_iqa
+    from PIL import Image
+
+    from agentic_iqa.bench.synth import to_uint8
+
+    ref, blurred = tmp_path / "ref.png", tmp_path / "blur.png"
+    Image.fromarray(to_uint8(astronaut)).save(ref)
+    Image.fromarray(to_uint8(distort(astronaut, "gaussian blur", 4))).save(blurred)
+    kw = dict(config=tmp_path, backend="offline", use_cache=False)
+    r = agentic_iqa.assess(str(blurred), "What changed compared to the reference?", reference=str(ref), **kw)
+    assert r.answer.startswith("Compared with the reference the image shows blur ("), r.answer
+    assert "cannot see" not in r.result.quality_reasoning
+    same = agentic_iqa.assess(str(ref), "What changed compared to the reference?", reference=str(ref), **kw)
+    assert same.answer == "Nothing measured changed: no distortion measured against the reference.", same.answer
+    identical = agentic_iqa.assess(str(ref), "Is the image identical to the reference? A. Yes B. No", reference=str(ref), **kw)
+    assert identical.answer == "A" and "cannot see" not in identical.result.quality_reasoning

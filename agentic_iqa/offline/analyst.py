@@ -531,6 +531,7 @@ _REFERENCE_NAMED = re.compile(r"\b(?:reference|original|pristine|undistorted)\b"
 _WHICH_IMAGE = re.compile(r"\bwhich\s+(?:image|photo|picture|one|version|is)\b|\b(?:two|both)\s+(?:images|photos|pictures)\b",
                           re.I)
 _AGAINST_KINDS = (
+    ("same", re.compile(r"\b(?:identical|same|equal|equivalent|unchanged|indistinguishable|as good as)\b", re.I)),
     ("better", re.compile(r"\b(?:better|best|superior|higher[- ]quality|prefer\w*)\b", re.I)),
     ("worse", re.compile(r"\b(?:worse|worst|inferior|lower[- ]quality|poorer)\b", re.I)),
     ("changed", re.compile(r"\b(?:differ\w*|chang\w*|altered|modified|lost|loss|degrad\w*|compar\w*)\b", re.I)),
@@ -627,13 +628,13 @@ _WHAT_COLOUR = re.compile(r"^\s*(?:what|which)\s+colou?rs?\s+(?:is|are|was|were|
 def asks_about_quality(query: str, plan: PlannerOutput) -> bool:
     """Whether a question asks about the image's quality or distortions, all the offline analyst measures: one naming
     a distortion (in its words or options), a tool, a rating or quality word ("Rate this photo", "How is the
-    quality?") or damage ("the main distortion") does; else one the planner files as "Other" (aesthetics, content)
-    does not, and another does when it has a good or bad word ("Is it OK?", "What's wrong?", options "Good / Poor")
-    or asks how the image looks. "What animal is in the picture?" does not: the offline analyst cannot answer it."""
+    quality?"), damage ("the main distortion") or, with a reference, what changed against it ("Is it identical to the
+    reference?") does; else one the planner files as "Other" (aesthetics, content) does not, and another does when it
+    has a good or bad word ("Is it OK?", "What's wrong?", options "Good / Poor") or asks how the image looks. "What animal is in the picture?" does not: the offline analyst cannot answer it."""
     if _WHAT_COLOUR.match(query):  # "What colour is the car?" names the colour of a thing, not colour damage
         return False
     if (plan.distortions or plan.required_tool or named_distortions(query) or RATING_WORDS.search(query)
-            or _DAMAGE_TALK.search(query)):
+            or _DAMAGE_TALK.search(query) or _against_reference(query, plan)):
         return True
     if plan.query_type == "Other":
         return False
