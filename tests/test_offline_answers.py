@@ -766,6 +766,21 @@ def test_a_reference_of_another_scene_is_flagged_but_a_damaged_copy_is_not(tmp_p
     assert not any("same scene" in n for n in iqa(paths["blurred"], reference=paths["ref"]).notes)
 
 
+@pytest.mark.parametrize("damage,level", [("gaussian blur", 5), ("white noise", 5)])
+def test_a_clean_image_given_with_a_damaged_reference_gets_a_swapped_files_note(damage, level, astronaut):
+    """A clean photo given as the image with its noisy copy as the reference read "D 1.69: severe wavelet-compression
+    smearing" with no word that the two files look swapped; the right order gets no such note."""
+    from agentic_iqa import create_assessor
+
+    iqa = create_assessor(offline=True, device="cpu")
+    damaged = distort(astronaut, damage, level)
+    swapped = [n for n in iqa(astronaut, reference=damaged).notes if "swapped" in n]
+    assert len(swapped) == 1 and swapped[0].startswith("the reference itself measures worse than the image"), swapped
+    assert "the full-reference verdict takes the reference as the undamaged original" in swapped[0]
+    assert not any("swapped" in n for n in iqa(damaged, reference=astronaut).notes)
+    assert not any("swapped" in n for n in iqa(astronaut, reference=astronaut).notes)
+
+
 def test_too_colourful_asks_about_over_saturation_and_a_colour_of_a_thing_is_content(astronaut):
     # "Is it too colourful?" answered "Yes — Color distortions: severe" from the whole colour category (a colour loss
     # would have said Yes too); "What colour is the car?" was taken for a question about colour damage.

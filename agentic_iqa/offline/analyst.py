@@ -93,8 +93,20 @@ class OfflineRoles:
                     f"the reference does not look like the same scene as the image (their layouts of edges correlate "
                     f"{similarity:.2f}; damaged copies of a photo measured 0.33 or more): the full-reference verdict "
                     "compares two different pictures; check the reference file"))
-            ref_stats = _reference_stats(ref_hash, reference) if reference is not None else None
-            return severity.analyze(image, reference, reference_stats=ref_stats)
+            if reference is None:
+                return severity.analyze(image)
+            from agentic_iqa.offline.stats import measure
+
+            ref_stats, image_stats = _reference_stats(ref_hash, reference), measure(image)
+            image_q, ref_q = (severity.no_reference_quality(s) for s in (image_stats, ref_stats))
+            if ref_q <= image_q - SWAPPED_MARGIN:
+                worst = severity.ranked(severity.analyze_stats(ref_stats))[0]
+                ctx.trace.add("analyze", "note", (
+                    f"the reference itself measures worse than the image when each is judged alone (quality "
+                    f"{ref_q:.2f} against {image_q:.2f}; the reference shows {worst.severity} "
+                    f"{damage_name(worst.detector)}): the full-reference verdict takes the reference as the undamaged "
+                    "original, so check that the two files are not swapped"))
+            return severity.analyze(image, reference, reference_stats=ref_stats, image_stats=image_stats)
 
         return ctx.once("offline_analyses", measure)
 
@@ -231,6 +243,10 @@ def _working_pixels(ctx: AssessmentContext, path) -> tuple[tuple[int, int], "obj
 # 17 types at levels 4-5 keeps a coarse edge-layout correlation with its original of 0.33 or more (3,162 pairs); two
 # different photos of the same size fall below 0.25 in 627 of 636 pairs (the rest, similar layouts, pass unnoticed).
 SAME_SCENE_MIN = 0.25
+# A reference whose own no-reference quality is this much (one level) below the image's is likely the damaged one
+# of the two: a note, never a change of the verdict. No-reference levels of clean photos spread about a level
+# (benchmarks/RESULTS.md: 7.6 % of held-out clean photos read below 3.5), so a smaller gap would flag clean pairs.
+SWAPPED_MARGIN = 1.0
 
 
 def scene_similarity(image, reference) -> float:

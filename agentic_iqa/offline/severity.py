@@ -933,11 +933,13 @@ def analyze_stats(nr: dict, fr: Optional[dict] = None, thresholds: Optional[dict
 
 
 def analyze(image: st.ImageLike, reference: Optional[st.ImageLike] = None,
-            thresholds: Optional[dict] = None, reference_stats: Optional[dict] = None) -> dict[str, CategoryAnalysis]:
+            thresholds: Optional[dict] = None, reference_stats: Optional[dict] = None,
+            image_stats: Optional[dict] = None) -> dict[str, CategoryAnalysis]:
     """Measure an image (and, if given, compare it with its reference) and judge every category.
-    ``reference_stats``: the reference's ``stats.measure``, when already known (a batch sharing one reference)."""
+    ``reference_stats`` / ``image_stats``: the reference's / image's ``stats.measure``, when already known (a batch
+    sharing one reference; a caller that also judges the image without its reference)."""
     x = st.as_float_rgb(image)
-    nr = st.measure(x)
+    nr = image_stats if image_stats is not None else st.measure(x)
     fr = st.measure_fr(x, reference, image_stats=nr, reference_stats=reference_stats) if reference is not None else None
     return analyze_stats(nr, fr, thresholds)
 
@@ -1025,6 +1027,11 @@ def expected_level(distribution: Sequence[float]) -> float:
     """Expectation of a distribution over levels 1..5."""
     p = np.asarray(distribution, dtype=float)
     return float(p @ np.arange(1, 6) / p.sum())
+
+
+def no_reference_quality(stats: dict, thresholds: Optional[dict] = None) -> float:
+    """The 1..5 quality an image's own statistics (``stats.measure``) give without a reference."""
+    return quality_from_badness(overall_badness(analyze_stats(stats, thresholds=thresholds)))
 
 
 def explain(analyses: dict[str, CategoryAnalysis], include_none: bool = False) -> list[str]:

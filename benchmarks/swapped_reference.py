@@ -1,0 +1,45 @@
+"""How often the offline analyst's swapped-files note (``offline.analyst.SWAPPED_MARGIN``) fires on genuine pairs
+(a damaged image, its clean reference) and on swapped ones (the clean photo given as the image), on the blind
+sources' working copies (CBSD68, McMaster: evaluation-only, in no fit), every synthetic type at levels 1-5.
+
+    python benchmarks/fit_corpus.py --blind-report --blind-source cbsd68   # writes the working copies (or --fetch-only)
+    python benchmarks/swapped_reference.py [N_PHOTOS]
+"""
+import glob
+import io
+import sys
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from agentic_iqa.bench import synth
+from agentic_iqa.offline import severity as sv
+from agentic_iqa.offline import stats as st
+from agentic_iqa.offline.analyst import SWAPPED_MARGIN
+
+sys.path.insert(0, str(Path(__file__).parent))
+from fit_corpus import DEFAULT_CACHE  # noqa: E402
+
+files = sorted(glob.glob(str(DEFAULT_CACHE / "work/blind-512/*.png")))[:int(sys.argv[1]) if len(sys.argv) > 1 else None]
+fires: dict = {}
+swapped: dict = {}
+n = 0
+for f in files:
+    x = np.asarray(Image.open(f).convert("RGB"), dtype=np.float32) / 255
+    q_clean = sv.no_reference_quality(st.measure(x))
+    for name, t in synth.TYPES.items():
+        for lvl, p in enumerate(t.params, 1):
+            y = t.apply(x.copy(), p, np.random.default_rng(lvl))
+            if isinstance(y, bytes):
+                y = np.asarray(Image.open(io.BytesIO(y)).convert("RGB"), dtype=np.float32) / 255
+            y = np.round(np.clip(y, 0, 1) * 255) / 255
+            q_dam = sv.no_reference_quality(st.measure(y.astype(np.float32)))
+            n += 1
+            if q_clean <= q_dam - SWAPPED_MARGIN:  # a genuine pair flagged: a false note
+                fires[name] = fires.get(name, 0) + 1
+            if q_dam <= q_clean - SWAPPED_MARGIN:  # the swapped pair flagged
+                swapped[name] = swapped.get(name, 0) + 1
+print(f"{len(files)} photos, {n} damaged images")
+print("genuine pairs flagged (false notes):", sum(fires.values()), fires)
+print("swapped pairs flagged:", sum(swapped.values()), {k: v for k, v in sorted(swapped.items())})
