@@ -6,7 +6,6 @@ sources' working copies (CBSD68, McMaster: evaluation-only, in no fit), every sy
     python benchmarks/swapped_reference.py [N_PHOTOS]
 """
 import glob
-import io
 import sys
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from agentic_iqa.offline import stats as st
 from agentic_iqa.offline.analyst import SWAPPED_MARGIN
 
 sys.path.insert(0, str(Path(__file__).parent))
-from fit_corpus import DEFAULT_CACHE  # noqa: E402
+from fit_corpus import DEFAULT_CACHE, _apply  # noqa: E402
 
 files = sorted(glob.glob(str(DEFAULT_CACHE / "work/blind-512/*.png")))[:int(sys.argv[1]) if len(sys.argv) > 1 else None]
 fires: dict = {}
@@ -30,11 +29,8 @@ for f in files:
     q_clean = sv.no_reference_quality(st.measure(x))
     for name, t in synth.TYPES.items():
         for lvl, p in enumerate(t.params, 1):
-            y = t.apply(x.copy(), p, np.random.default_rng(lvl))
-            if isinstance(y, bytes):
-                y = np.asarray(Image.open(io.BytesIO(y)).convert("RGB"), dtype=np.float32) / 255
-            y = np.round(np.clip(y, 0, 1) * 255) / 255
-            q_dam = sv.no_reference_quality(st.measure(y.astype(np.float32)))
+            y = _apply(x, t, p, np.random.default_rng(lvl))  # 8-bit, as a user's file is
+            q_dam = sv.no_reference_quality(st.measure(y))
             n += 1
             if q_clean <= q_dam - SWAPPED_MARGIN:  # a genuine pair flagged: a false note
                 fires[name] = fires.get(name, 0) + 1
