@@ -225,6 +225,10 @@ class Assessor:
         from iqa_tools.examples import resolve_example
 
         self.registry  # a device that does not exist here is a configuration error before any work
+        if mode not in ("auto", "score", "answer"):  # "SCORE" or a typo ran answer mode silently (no score)
+            raise ValueError(f"mode must be 'auto', 'score' or 'answer' (got {mode!r})")
+        if query is not None and not isinstance(query, str):
+            raise TypeError(f"query must be a string or None (got {type(query).__name__}: {query!r:.80})")
         _check_input_type(image, "image")
         if reference is not None:
             _check_input_type(reference, "reference")

@@ -316,3 +316,9 @@ def test_in_memory_images_are_assessed_through_a_temporary_png_that_is_removed(t
     assert not list(scratch.iterdir())  # every temporary copy is gone
     with pytest.raises(TypeError, match=r"image: cannot assess a builtins.dict; pass a file path .*a PIL image, a numpy array"):
         iqa({"image": "photo.jpg"})
+    # The CLI refuses these; from Python mode="SCORE" ran answer mode silently (score None) and query=5 raised
+    # "AttributeError: 'int' object has no attribute 'strip'".
+    with pytest.raises(ValueError, match=r"mode must be 'auto', 'score' or 'answer' \(got 'SCORE'\)"):
+        iqa(arr, mode="SCORE")
+    with pytest.raises(TypeError, match=r"query must be a string or None \(got int: 5\)"):
+        iqa(arr, query=5)
