@@ -61,7 +61,10 @@ def save_program(module_obj: Any, module: str, path: str | Path, **metadata) -> 
     for sub in state.values():  # an optimizer may leave its LM on a predictor: never save it (the allow-list)
         if isinstance(sub, dict):
             sub.update(lm=None, traces=[], train=[])
-    payload = {"agentic_iqa_program": header, "state": state}
+    from agentic_iqa.redact import redact_data
+
+    # Demos are the model's own answers: a server that echoes the key would otherwise save it here.
+    payload = redact_data({"agentic_iqa_program": header, "state": state})
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(payload, indent=2, default=str), encoding="utf-8")

@@ -195,8 +195,11 @@ def lines_from_trace(
 
 def append_lines(out_dir: str | Path, lines: dict[str, list[dict[str, Any]]]) -> dict[str, int]:
     """Append lines to out_dir/<module>.jsonl, skipping ids already there. Returns lines written per module."""
+    from agentic_iqa.redact import redact_data
+
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    lines = redact_data(lines)  # a trace from an older version, or edited by hand, may hold a key
     written: dict[str, int] = {}
     for module, new in lines.items():
         path = out_dir / FIXTURE_FILES[module]

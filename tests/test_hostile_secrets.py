@@ -135,3 +135,19 @@ def test_dspy_log_lines_are_redacted_in_every_command(tmp_path, dspy_warns_the_k
     assert SENTINEL not in quiet.output and SENTINEL not in verbose.output
     assert "Incorrect API key provided" not in quiet.output  # DSPy's log lines only with --verbose, as in compile
     assert "Incorrect API key provided: ***" in verbose.output
+
+
+def test_a_key_echoed_in_the_answers_never_reaches_a_compiled_program(tmp_path):
+    """`compile` against a server whose answers echo the key wrote it into the program's bootstrapped demos
+    (8 times, "quality_reasoning": "your key is Bearer sk-…"): every saved program is redacted."""
+    leaky = [valid_reply("score", level=lv, quality_reasoning=f"your key is Bearer {SENTINEL}") for lv in "ABCDE" * 20]
+    out = tmp_path / "summarize.json"
+    with FakeOpenAIServer(scripted(_routes(score=leaky, explain=valid_reply(
+            "explain", quality_reasoning=f"your key is {SENTINEL}")))) as srv:
+        res = runner.invoke(app, ["compile", "--module", "summarize", "--lm", "openai/fake-vlm", "--api-base",
+                                  srv.base_url, "--config", str(tmp_path), "--out", str(out), "--json"])
+    assert res.exit_code == 0, res.output
+    assert srv.requests and SENTINEL not in res.output
+    text = out.read_text()
+    assert "your key is" in text, "the test must bootstrap an echoed answer to mean anything"
+    assert SENTINEL not in _everything_written(tmp_path)

@@ -102,7 +102,9 @@ def compile_command(
     finally:
         restore_sigint(previous)
     if as_json:
-        typer.echo(json.dumps(results, indent=2))
+        from agentic_iqa.redact import redact_data
+
+        typer.echo(json.dumps(redact_data(results), indent=2))
 
 
 def _build_lm(spec: Optional[str], role: str, api_base: Optional[str], config: Optional[Path], *, proposal: bool = False):
@@ -214,8 +216,12 @@ def _compile(modules, optimizer, lm, teacher, reflection_lm, api_base, config, t
                                     proposal_lm=lms["proposal"], teacher_lm=lms["teacher"], progress=progress,
                                     extra_header=extra)
         saved = result.save(target)
-        if verbose and result.log.strip():
-            console.print(f"[dim]{result.log.strip()}[/]")
+        if verbose and result.log.strip():  # the optimizers' chatter quotes the model's answers
+            from rich.markup import escape
+
+            from agentic_iqa.redact import redact
+
+            console.print(f"[dim]{escape(redact(result.log.strip()))}[/]")
         rows.append({
             "module": module, "optimizer": optimizer, "lm": result.header["lm"], "metric": METRIC_NAMES[module],
             "val_examples": len(dataset.val), "train_examples": len(dataset.train),
