@@ -212,10 +212,40 @@ def test_fingerprint_counts_what_changes_answers_only(tmp_path):
     assert config_fingerprint(slow) == fp
     prog = tmp_path / "planner.json"
     prog.write_text('{"a": 1}')
-    with_prog = load_settings(tmp_path, programs={"planner": str(prog)})
+    with_prog = load_settings(tmp_path, lm="openai/gpt-4o", programs={"planner": str(prog)})  # programs matter with a model only
     before = config_fingerprint(with_prog)
     prog.write_text('{"a": 2}')  # same path, recompiled program
     assert config_fingerprint(with_prog) != before
+
+
+def test_fingerprint_leaves_out_limits_and_unused_model_settings(tmp_path):
+    # Audit: raising AGENTIC_IQA_MAX_PIXELS, or adding --offline with no model configured, changed the
+    # fingerprint, so --resume re-ran every finished item and left its old lines beside the new ones.
+    fp = config_fingerprint(load_settings(tmp_path))
+    assert config_fingerprint(load_settings(tmp_path, max_image_pixels=200_000)) == fp
+    assert config_fingerprint(load_settings(tmp_path, max_query_chars=50_000)) == fp
+    assert config_fingerprint(load_settings(tmp_path, backend="offline")) == fp  # no model: the same analyst
+    # With a model, forcing the offline analyst does change who answers.
+    model = load_settings(tmp_path, lm="openai/gpt-4o")
+    assert config_fingerprint(load_settings(tmp_path, lm="openai/gpt-4o", backend="offline")) != config_fingerprint(model)
+    assert config_fingerprint(load_settings(tmp_path, lm="openai/gpt-4o", image_transport="jpeg:80")) != config_fingerprint(model)
+
+
+def test_retry_failed_after_raising_the_pixel_limit_replaces_only_the_failed_line(tmp_path, registry):
+    small, big = images(tmp_path / "in", 1)[0], write_test_image(tmp_path / "in" / "big.png", size=(400, 300))
+    out = tmp_path / "r.jsonl"
+    items = [BatchItem(image=str(small)), BatchItem(image=str(big))]
+
+    def offline(limit):
+        return Assessor(load_settings(tmp_path, backend="offline", cache={"enabled": False}, max_image_pixels=limit),
+                        registry=registry)
+
+    first = run_batch(items, out, offline(100_000))
+    assert (first.ok, first.failed) == (1, 1)
+    again = run_batch(items, out, offline(200_000), retry_failed=True)
+    assert (again.ran, again.already_done, again.replaced_lines) == (1, 1, 1)
+    recs = lines(out)
+    assert len(recs) == 2 and all(r["status"] == "ok" for r in recs)
 
 
 # ── the results file ────────────────────────────────────────────────────────────────────────────

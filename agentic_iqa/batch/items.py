@@ -183,23 +183,42 @@ def _sha256_file(path: Path) -> Optional[str]:
 #: Role settings that change how a model is reached, not what it answers (left out of the fingerprint).
 _TRANSPORT_KEYS = ("num_retries", "timeout", "call_budget", "max_retry_after", "max_reply_bytes", "api_key_env")
 
+#: Pipeline settings that cannot change an answer: where the cache lives (and whether it is used: a cached
+#: tool score is the score), DSPy's debugging history, the pixel limit (it only decides which images can
+#: be read: an image read under one limit is answered the same under another, and one refused is a failed
+#: line, keyed without content, that --retry-failed replaces), and the query length cap (the truncated
+#: query itself is part of every key).
+_PIPELINE_IGNORED = {"cache", "lm_history", "max_image_pixels", "max_query_chars"}
+
+#: Pipeline settings that only shape the model's requests: meaningless when no model answers.
+_PIPELINE_MODEL_ONLY = ("image_transport", "vlm_image_max_side", "programs")
+
 
 def config_fingerprint(settings: Settings) -> str:
-    """A short hash of everything in the configuration that can change an answer.
+    """A short hash of everything in the configuration that can change an answer, and nothing else:
+    a change outside it must not make `--resume` redo finished items (nor leave their old lines beside
+    the new ones).
 
-    Left out: where the cache lives, DSPy's debugging history and how the model is reached (retries,
-    timeouts, the call budget, Retry-After cap, reply-size cap, which variable holds the key) —
-    resuming with a longer timeout or budget must not redo finished items. Compiled programs and extra
-    tool tables count by content, not by path."""
-    data = settings.model_dump(mode="json", exclude={"config_dir": True, "config_files": True,
-                                                      "pipeline": {"cache", "lm_history"}})
-    for role in data["backends"].values():
-        for transport in _TRANSPORT_KEYS:
-            role.pop(transport, None)
-    files = {
-        str(p): _sha256_file(Path(p)) or "missing"
-        for p in [*settings.pipeline.programs.values(), *settings.pipeline.tools.extra_tables]
-    }
+    In it: who answers (the models and servers of the roles, or "offline" when no model is used: no model
+    configured and `--offline` are the same offline analyst), sampling (temperature, max_tokens, logprobs),
+    fusion, replans and retries, how images reach the model, the tools (device, weights, extra tables by
+    content) and compiled programs (by content). Left out: where settings came from, the cache, DSPy's
+    history, how a model is reached (retries, timeouts, the call budget, Retry-After cap, reply-size cap,
+    which variable holds the key), and the limits in `_PIPELINE_IGNORED`."""
+    data = settings.model_dump(mode="json", exclude={"config_dir": True, "config_files": True, "sources": True,
+                                                      "pipeline": _PIPELINE_IGNORED})
+    if settings.uses_model:
+        for role in data["backends"].values():
+            for transport in _TRANSPORT_KEYS:
+                role.pop(transport, None)
+        tables_and_programs = [*settings.pipeline.programs.values(), *settings.pipeline.tools.extra_tables]
+    else:  # the offline analyst answers: the roles' models, servers and request shaping are never used
+        data.pop("backends")
+        data["pipeline"]["backend"] = "offline"
+        for name in _PIPELINE_MODEL_ONLY:
+            data["pipeline"].pop(name, None)
+        tables_and_programs = list(settings.pipeline.tools.extra_tables)
+    files = {str(p): _sha256_file(Path(p)) or "missing" for p in tables_and_programs}
     blob = json.dumps({"format": RESULTS_FORMAT, "settings": data, "files": files}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
