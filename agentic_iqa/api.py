@@ -16,7 +16,7 @@ from typing import Any, Callable, Literal, Optional
 
 from pydantic import BaseModel
 
-from agentic_iqa.config import ConfigError, Settings, load_settings
+from agentic_iqa.config import ROLES, ConfigError, Settings, load_settings
 from agentic_iqa.redact import redact_data
 from agentic_iqa.state import ExecutorOutput, PlannerOutput, SummarizerOutput, TraceEvent
 
@@ -415,6 +415,12 @@ def make_roles(settings: Settings, make_lm: Optional[Callable] = None):
         return OfflineRoles()
     if not settings.uses_model:
         raise ConfigError("backend is 'vlm' but no model is configured: pass --lm MODEL or set configs/model_backends.yaml")
+    missing = [r for r in ROLES if not settings.backends.role(r).model]
+    if missing:  # each such role's every call failed with "no LM configured" and fell back, under a "vlm" label
+        given = ", ".join(f"{r} ({settings.backends.role(r).model})" for r in ROLES if r not in missing)
+        raise ConfigError(
+            f"a model is set for {given} but not for {', '.join(missing)} (model_backends.yaml): the three roles share "
+            "one VLM, so set `model` for every role, or pass --lm MODEL (AGENTIC_IQA_LM) for all of them")
     from agentic_iqa.agents.vlm import VLMRoles
 
     from agentic_iqa.lm import build_role_lms

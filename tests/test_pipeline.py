@@ -322,3 +322,19 @@ def test_in_memory_images_are_assessed_through_a_temporary_png_that_is_removed(t
         iqa(arr, mode="SCORE")
     with pytest.raises(TypeError, match=r"query must be a string or None \(got int: 5\)"):
         iqa(arr, query=5)
+
+
+def test_a_model_for_some_roles_only_is_a_configuration_error(tmp_path):
+    """model_backends.yaml with a model for the summarizer alone ran with "fallback: planner: RuntimeError: no LM
+    configured for the planner role" for three stages, exit 0, labelled "answered by vlm"."""
+    from typer.testing import CliRunner
+
+    from agentic_iqa.cli import app
+    from agentic_iqa.config import ConfigError
+
+    (tmp_path / "model_backends.yaml").write_text("summarizer:\n  model: openai/x\n  api_base: http://127.0.0.1:9/v1\n")
+    res = CliRunner().invoke(app, ["assess", "example:chelsea", "--config", str(tmp_path)])
+    assert res.exit_code == 2, res.output
+    assert "a model is set for summarizer (openai/x) but not for planner, executor" in " ".join(res.output.split())
+    with pytest.raises(ConfigError, match="set `model` for every role"):
+        Assessor(load_settings(tmp_path)).assess("example:chelsea")
