@@ -378,15 +378,20 @@ def test_plan_resume_decides_per_item(tmp_path, settings):
     def prep(identity, key, sha="s"):
         return PreparedItem(0, BatchItem(image=identity), "q", sha, None, identity, key)
 
-    state = ResumeState(records=[rec("k1", "ok", "done"), rec("k2", "failed", "broken"), rec("old", "ok", "changed"),
-                                 rec("k4", "ok", "vanished")])
+    failed = lambda key, identity, sha: {**rec(key, "failed", identity), "image_sha256": sha, "reference_sha256": None}  # noqa: E731
+    state = ResumeState(records=[rec("k1", "ok", "done"), failed("k2", "broken", "s"), rec("old", "ok", "changed"),
+                                 rec("k4", "ok", "vanished"), failed("k5", "fixed", "truncated"),
+                                 failed("k6", "appeared", None), failed("k7", "still-missing", None)])
     items = [prep("done", "k1"), prep("broken", "k2x"), prep("changed", "new"), prep("fresh", "k9"),
-             prep("vanished", "k4-now", sha=None)]
+             prep("vanished", "k4-now", sha=None), prep("fixed", "k5-now"), prep("appeared", "k6-now"),
+             prep("still-missing", "k7-now", sha=None)]
     to_run, replace, counts = plan_resume(items, state, retry_failed=False)
-    assert [p.identity for p in to_run] == ["changed", "fresh"] and replace == {"changed"}
-    assert counts == {"already_done": 2, "failed_before": 1}  # "vanished": unreadable now, kept as done
+    # A failed item whose file changed since (replaced by a good one, or appeared) runs again, as a changed image does.
+    assert [p.identity for p in to_run] == ["changed", "fresh", "fixed", "appeared"]
+    assert replace == {"changed", "fixed", "appeared"}
+    assert counts == {"already_done": 2, "failed_before": 2}  # "vanished": unreadable now, kept as done
     to_run, replace, counts = plan_resume(items, state, retry_failed=True)
-    assert [p.identity for p in to_run] == ["broken", "changed", "fresh"] and replace == {"broken", "changed"}
+    assert [p.identity for p in to_run] == ["broken", "changed", "fresh", "fixed", "appeared", "still-missing"]
 
 
 # ── the runner ──────────────────────────────────────────────────────────────────────────────────
@@ -525,6 +530,22 @@ def test_resume_runs_only_what_is_missing_and_replaces_changed_files(tmp_path, s
     recs = lines(out)
     assert len(recs) == 5 and len({r["identity"] for r in recs}) == 5 and all(r["status"] == "ok" for r in recs)
     assert third.status == "ok"
+
+
+def test_resume_retries_a_failed_image_that_was_fixed(tmp_path, settings, registry):
+    # Audit: a truncated image replaced by a good one was reported "failed before (not retried)".
+    (good,) = images(tmp_path / "in", 1)
+    broken = tmp_path / "in" / "x.jpg"
+    broken.write_bytes(good.read_bytes()[:200])
+    out = tmp_path / "r.jsonl"
+    items = [BatchItem(image=str(good)), BatchItem(image=str(broken))]
+    assessor, _ = canned_assessor(settings, registry)
+    assert run_batch(items, out, assessor).failed == 1
+    assert run_batch(items, out, assessor, resume=True).failed_before == 1  # unchanged: settled
+    write_test_image(broken, size=(64, 48), seed=5)
+    fixed = run_batch(items, out, assessor, resume=True)
+    assert (fixed.ran, fixed.ok, fixed.failed_before, fixed.replaced_lines) == (1, 1, 0, 1)
+    assert [r["status"] for r in lines(out)] == ["ok", "ok"]
 
 
 def test_resume_with_another_configuration_says_why_nothing_was_skipped(tmp_path, settings, registry):

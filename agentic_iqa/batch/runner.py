@@ -312,7 +312,7 @@ def plan_resume(
 
     Returns (to_run, identities whose old lines must go, counts). An item is done when a complete
     `ok` line has its key. A `failed` line settles the item by identity (its file may be unreadable,
-    so content cannot key it) unless `retry_failed`. An `ok` line with the item's identity but
+    so content cannot key it) unless `retry_failed`, or its files' contents are not those the failure saw. An `ok` line with the item's identity but
     another key is a result for an older version of the file (or reference): the item runs again and
     the old line is replaced, so each item keeps exactly one line.
 
@@ -323,15 +323,23 @@ def plan_resume(
     for r in state.records:
         if r.get("status") == "ok":
             ok_keys.setdefault(r.get("identity"), []).append(r["key"])
-    failed_identities = {r.get("identity") for r in state.records if r.get("status") == "failed"}
+    # The file contents each failed line saw: a failure is settled only while its files are unchanged.
+    failed_contents: dict[str, set] = {}
+    for r in state.records:
+        if r.get("status") == "failed":
+            failed_contents.setdefault(r.get("identity"), set()).add((r.get("image_sha256"), r.get("reference_sha256")))
+    failed_identities = set(failed_contents)
     to_run: list[PreparedItem] = []
     replace: set[str] = set()
     counts = {"already_done": 0, "failed_before": 0}
     for prep in prepared:
         done = ok_keys.get(prep.identity, ())
+        # A fixed image (replaced, or a missing one that appeared) is assessed again without --retry-failed,
+        # as a changed image is. Items only identified (Ray's driver) have no contents to compare.
+        unchanged = not prep.hashed or (prep.image_sha256, prep.reference_sha256) in failed_contents.get(prep.identity, ())
         if prep.hashed and is_done(prep, done):
             counts["already_done"] += 1
-        elif prep.identity in failed_identities and not done and not retry_failed:
+        elif prep.identity in failed_identities and not done and not retry_failed and unchanged:
             counts["failed_before"] += 1
         else:
             if prep.identity in failed_identities or (done and prep.hashed):
