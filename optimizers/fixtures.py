@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -37,6 +38,11 @@ FIXTURE_DIR = Path(__file__).resolve().parent / "fixtures"
 #: One file per module, named after the module (`agentic-iqa compile --module`).
 FIXTURE_FILES = {name: spec.fixtures for name, spec in AGENT_MODULES.items()}
 CATALOG_FILE = "tool_catalog.json"
+#: A fixture file is read whole and every line becomes an example (and a validation line an LM call): the
+#: shipped files are ~100 KB; 16 MiB is ~10,000 lines, far more than few-shot compiling can use.
+MAX_FIXTURE_BYTES = 16 * 1024 * 1024
+#: The pipeline's default pixel limit (max_image_pixels): a fixture image is sent to the model like any other.
+DEFAULT_MAX_PIXELS = 100_000_000
 
 ReferenceModeName = Literal["Full-Reference", "No-Reference"]
 
@@ -270,29 +276,52 @@ def _first_error(exc: ValidationError) -> str:
     return f"{where}: {msg}" if where else msg
 
 
+def _image_problem(img_path: Path, image: str, max_pixels: int) -> Optional[str]:
+    """Why the image cannot be a fixture (missing, not an image, truncated, over the pixel limit), or None.
+    Decoded here, not when the first LM call sends it (a bomb then failed the compile naming no line)."""
+    from iqa_tools.images import ImageError, load_image
+
+    if not os.path.lexists(img_path):  # a loop or a broken link is named by load_image
+        return f"image {image} does not exist"
+    try:
+        load_image(img_path, label=f"image {image}", max_pixels=max_pixels)
+    except ImageError as exc:
+        return str(exc)
+    return None
+
+
 def load_fixture_file(
-    module: str, path: str | Path | None = None, *, catalog: Optional[ToolCatalog] = None
+    module: str, path: str | Path | None = None, *, catalog: Optional[ToolCatalog] = None,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
 ) -> FixtureFile:
     """Read and validate a fixture file (default: the shipped one for `module`).
 
     Raises FixtureError naming every bad line (JSON errors, schema errors, duplicate ids, images
-    that do not exist). Blank lines and lines starting with '#' are skipped.
+    that do not exist or do not decode within `max_pixels`). Blank lines and lines starting with '#'
+    are skipped. Only a regular file of at most MAX_FIXTURE_BYTES is read.
     """
+    from iqa_tools.files import read_regular_file
+
     if module not in LINE_MODELS:
         raise FixtureError(f"unknown module {module!r}; use one of {sorted(LINE_MODELS)}")
     path = Path(path) if path is not None else fixture_path(module)
     catalog = catalog or default_catalog()
+    if not path.exists() and not path.is_symlink():
+        raise FixtureError(f"fixture file {path} does not exist")
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise FixtureError(f"fixture file {path} does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise FixtureError(f"fixture file {path} cannot be read ({exc})") from None
+        text = read_regular_file(path, f"fixture file {path}", MAX_FIXTURE_BYTES, "a fixture file").decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise FixtureError(f"fixture file {path}: not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
+    except ValueError as exc:  # not a regular file, too big, unreadable: read_regular_file's one line
+        hint = ("; split it (compile uses every line: a few hundred are plenty for few-shot demos)"
+                if "limit" in str(exc) else "")
+        raise FixtureError(f"{exc}{hint}") from None
     model = LINE_MODELS[module]
     lines: list[AnyLine] = []
     problems: list[str] = []
     seen: set[str] = set()
     context = {"known_tools": catalog.names}
+    checked: dict[Path, Optional[str]] = {}  # lines share images: each is decoded once
     for lineno, raw in enumerate(text.splitlines(), start=1):
         raw = raw.strip()
         if not raw or raw.startswith("#"):
@@ -314,8 +343,10 @@ def load_fixture_file(
         image = getattr(line, "image", None)
         if image is not None:
             img_path = Path(image) if Path(image).is_absolute() else path.parent / image
-            if not img_path.is_file():
-                problems.append(f"line {lineno} ({line.id}): image {image} does not exist")
+            if img_path not in checked:
+                checked[img_path] = _image_problem(img_path, image, max_pixels)
+            if checked[img_path]:
+                problems.append(f"line {lineno} ({line.id}): {checked[img_path]}")
                 continue
         seen.add(line.id)
         lines.append(line)
@@ -349,6 +380,7 @@ def load_dataset(
     valset: str | Path | None = None,
     *,
     catalog: Optional[ToolCatalog] = None,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
 ) -> Dataset:
     """Train/validation examples for `module`.
 
@@ -364,10 +396,10 @@ def load_dataset(
     def side(path, split_name: str) -> tuple[list, FixtureFile]:
         nonlocal shipped
         if path is not None:
-            f = load_fixture_file(module, path, catalog=catalog)
+            f = load_fixture_file(module, path, catalog=catalog, max_pixels=max_pixels)
             return [to_example(module, line, f) for line in f.lines], f
         if shipped is None:
-            shipped = load_fixture_file(module, catalog=catalog)
+            shipped = load_fixture_file(module, catalog=catalog, max_pixels=max_pixels)
         return [to_example(module, line, shipped) for line in shipped.split(split_name)], shipped
 
     train, train_file = side(trainset, "train")

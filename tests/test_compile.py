@@ -17,7 +17,7 @@ from fake_openai import FakeOpenAIServer, route_of, scripted
 from agentic_iqa.cli import app
 from agentic_iqa.programs import ProgramError, load_program, read_program
 from optimizers.demo_lm import DEMO_REWARDED_PHRASE, FixtureEchoEngine, demo_lm
-from optimizers.fixtures import Dataset, default_catalog, load_dataset, sha256_file
+from optimizers.fixtures import FIXTURE_DIR, Dataset, default_catalog, load_dataset, sha256_file
 from optimizers.runner import CompileError, CompileOptions, compile_module, evaluate
 from optimizers.tasks import new_module, part_programs
 
@@ -400,3 +400,44 @@ def test_cli_compile_with_an_unreachable_server_is_one_clear_line(tmp_path):
     assert res.exit_code == 2, res.output
     assert "the LM could not be reached" in text and "Connection refused" in text and "--api-base" in text, text
     assert "compile failed" not in text and not (tmp_path / "p.json").exists()
+
+
+def test_cli_compile_with_a_bad_fixture_image_names_the_file_line_and_image(tmp_path):
+    # Before: "error: compile failed: DecompressionBombError …", exit 1, naming neither the file nor the line.
+    import io
+    import struct
+    import zlib
+
+    from PIL import Image
+
+    line = json.loads((FIXTURE_DIR / "detect.jsonl").read_text().splitlines()[-1])
+    buf = io.BytesIO()
+    Image.new("RGB", (4, 4)).save(buf, format="PNG")
+    data = bytearray(buf.getvalue())
+    data[16:24] = struct.pack(">II", 60000, 60000)
+    data[29:33] = struct.pack(">I", zlib.crc32(bytes(data[12:29])))
+    (tmp_path / "bomb.png").write_bytes(bytes(data))
+    trainset = tmp_path / "detect.jsonl"
+    trainset.write_text(json.dumps(line | {"image": "bomb.png"}) + "\n")
+    res = runner.invoke(app, ["compile", "-m", "detect", "--lm", "demo", "--trainset", str(trainset),
+                              "--config", str(tmp_path), "--out", str(tmp_path / "d.json")])
+    text = " ".join(res.output.split())
+    assert res.exit_code == 2, res.output
+    assert f"{trainset}: 1 bad line(s): line 1" in text and "image bomb.png: 60000×60000" in text, text
+    assert "compile failed" not in text and not (tmp_path / "d.json").exists()
+
+
+def test_cli_compile_shows_the_traceback_of_an_unforeseen_error_with_debug(tmp_path, monkeypatch):
+    import optimizers.runner
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("something we did not foresee")
+
+    monkeypatch.setattr(optimizers.runner, "compile_module", broken)
+    args = ["compile", "-m", "planner", "--lm", "demo", "--config", str(tmp_path), "--out", str(tmp_path / "p.json")]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 1 and "Traceback" not in res.output
+    assert "compile failed: RuntimeError: something we did not foresee (set AGENTIC_IQA_DEBUG=1" in " ".join(res.output.split())
+    monkeypatch.setenv("AGENTIC_IQA_DEBUG", "1")
+    res = runner.invoke(app, args)
+    assert res.exit_code == 1 and "Traceback" in res.output and "something we did not foresee" in res.output

@@ -158,3 +158,57 @@ def test_missing_images_and_wrong_acceptable_tools_are_refused(tmp_path):
     (tmp_path / "select.jsonl").write_text(json.dumps(select) + "\n")
     with pytest.raises(FixtureError, match="unknown tool"):
         load_fixture_file("select", tmp_path / "select.jsonl")
+
+
+def _png_claiming(path, width: int, height: int):
+    """A tiny PNG whose IHDR claims `width`×`height` (CRC fixed): a huge header without a huge file."""
+    import io
+    import struct
+    import zlib
+
+    buf = io.BytesIO()
+    Image.new("RGB", (4, 4), (90, 120, 150)).save(buf, format="PNG")
+    data = bytearray(buf.getvalue())
+    data[16:24] = struct.pack(">II", width, height)
+    data[29:33] = struct.pack(">I", zlib.crc32(bytes(data[12:29])))
+    path.write_bytes(bytes(data))
+    return path
+
+
+def _detect_lines_with_images(tmp_path, *images):
+    line = json.loads((FIXTURE_DIR / "detect.jsonl").read_text().splitlines()[-1])
+    rows = [json.dumps(line | {"id": f"d{i}", "image": str(FIXTURE_DIR / line["image"]) if img is None else img})
+            for i, img in enumerate(images)]
+    path = tmp_path / "detect.jsonl"
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def test_images_that_cannot_be_sent_are_refused_with_their_line(tmp_path):
+    """A 60000×60000 header failed the compile with "compile failed: DecompressionBombError" (exit 1), naming
+    neither the file nor the line; a truncated PNG was accepted as a fixture without a word."""
+    _png_claiming(tmp_path / "bomb.png", 60000, 60000)
+    good = FIXTURE_DIR / json.loads((FIXTURE_DIR / "detect.jsonl").read_text().splitlines()[-1])["image"]
+    (tmp_path / "cut.png").write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    path = _detect_lines_with_images(tmp_path, None, "bomb.png", "cut.png")
+    with pytest.raises(FixtureError) as err:
+        load_fixture_file("detect", path)
+    msg = str(err.value)
+    assert f"{path}: 2 bad line(s)" in msg, msg
+    assert "line 2 (d1): image bomb.png: 60000×60000 = 3,600,000,000 pixels exceeds the limit" in msg, msg
+    assert "line 3 (d2): image cut.png: truncated or corrupt image data" in msg, msg
+
+
+def test_fixture_files_are_size_capped_regular_files(tmp_path, monkeypatch):
+    """A 100 MB trainset took 2 min 11 s and 1.26 GB before anything was said; a FIFO would hang."""
+    import os
+
+    import optimizers.fixtures as fixtures
+
+    path = _detect_lines_with_images(tmp_path, None)
+    monkeypatch.setattr(fixtures, "MAX_FIXTURE_BYTES", path.stat().st_size - 1)
+    with pytest.raises(FixtureError, match=r"exceeds the .*-byte limit for a fixture file.*split it"):
+        load_fixture_file("detect", path)
+    os.mkfifo(tmp_path / "fifo.jsonl")
+    with pytest.raises(FixtureError, match="FIFO"):
+        load_fixture_file("detect", tmp_path / "fifo.jsonl")

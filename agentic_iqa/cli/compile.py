@@ -17,7 +17,7 @@ from typing import Any, Optional
 import typer
 
 from agentic_iqa.cli.common import (EXIT_BAD_INPUT, EXIT_FAILED, catch_sigint, fail, flag, folding, refuse_empty, restore_sigint,
-                                     stop_now)
+                                     stop_now, unexpected)
 
 DEMO = "demo"
 DEMO_NOTE = ("demo LM: scripted answers from the fixtures' own labels, right with a probability that rises "
@@ -98,7 +98,7 @@ def compile_command(
             fail(escape(f"the LM could not be reached: {type(exc).__name__}: {first}; the module in progress was not "
                         "saved. Check the server (--api-base) and the model (--lm), or try the flow with the scripted "
                         "demo LM (--lm demo)"), EXIT_BAD_INPUT)
-        fail(escape(f"compile failed: {type(exc).__name__}: {exc}"), EXIT_FAILED)
+        unexpected(exc, "compile failed", EXIT_FAILED)  # AGENTIC_IQA_DEBUG=1 shows the traceback
     finally:
         restore_sigint(previous)
     if as_json:
@@ -193,10 +193,13 @@ def _compile(modules, optimizer, lm, teacher, reflection_lm, api_base, config, t
     catalog = default_catalog()
     if optimizer == "mipro":
         require_optuna()
+    from agentic_iqa.config import load_settings
+
+    max_pixels = load_settings(config).pipeline.max_image_pixels  # fixture images go to the model like any other
     rows: list[dict] = []
     plan = []
     for module in modules:  # check everything (fixtures, LMs) before spending any LM call
-        dataset = load_dataset(module, trainset, valset, catalog=catalog)
+        dataset = load_dataset(module, trainset, valset, catalog=catalog, max_pixels=max_pixels)
         lms = _lms(module, optimizer, lm, teacher, reflection_lm, api_base, config, dataset, catalog)
         if lms["task"] is None and optimizer != "labeled":
             raise CompileError(
