@@ -31,8 +31,9 @@ class LMSetupError(ConfigError):
     Unlike an unreachable or misbehaving LM, retrying or answering offline would only hide it."""
 
 
+# allow_inf_nan=False: YAML's .inf/.nan passed `gt=0` and failed later, naming neither file nor key.
 class RoleLM(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     model: Optional[str] = None
     api_base: Optional[str] = None
@@ -65,14 +66,14 @@ class ModelBackends(BaseModel):
 
 
 class FusionSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     eta: float = Field(1.0, gt=0)
     prob_mode: Literal["logits", "classification", "uniform"] = "logits"
 
 
 class CacheSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     enabled: bool = True
     dir: Optional[Path] = None
@@ -114,7 +115,7 @@ class ToolSettings(BaseModel):
 
 
 class PipelineConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     backend: Literal["auto", "vlm", "offline"] = "auto"
     max_replan: int = Field(2, ge=0)

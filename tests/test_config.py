@@ -41,12 +41,22 @@ def test_precedence_defaults_file_env_arguments(tmp_path, monkeypatch):
     ("max_replan: -1\n", "max_replan"),
     ("fusion: {prob_mode: psychic}\n", "fusion.prob_mode"),
     ("unknown_key: 1\n", "unknown_key"),
+    # .inf passed and failed later as "eta must be a finite number >= 0, got inf", naming no file or key
+    ("fusion: {eta: .inf}\n", "`fusion.eta`: Input should be a finite number"),
+    ("fusion: {eta: .nan}\n", "`fusion.eta`: Input should be a finite number"),
+    ("cache: {max_mb: .inf}\n", "`cache.max_mb`: Input should be a finite number"),
 ])
 def test_bad_config_files_name_the_file_and_key(tmp_path, text, needle):
     (tmp_path / "pipeline.yaml").write_text(text)
     with pytest.raises(ConfigError) as err:
         load_settings(tmp_path)
     assert "pipeline.yaml" in str(err.value) and needle in str(err.value)
+
+
+def test_infinite_role_settings_are_refused_naming_the_file_and_key(tmp_path):
+    (tmp_path / "model_backends.yaml").write_text("planner: {call_budget: .inf}\n")
+    with pytest.raises(ConfigError, match=r"model_backends.yaml: `planner.call_budget`: Input should be a finite number"):
+        load_settings(tmp_path)
 
 
 def test_missing_config_dir_is_a_clear_error(tmp_path):
