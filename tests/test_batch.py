@@ -548,6 +548,38 @@ def test_resume_retries_a_failed_image_that_was_fixed(tmp_path, settings, regist
     assert [r["status"] for r in lines(out)] == ["ok", "ok"]
 
 
+def test_retry_failed_redoes_answers_the_offline_analyst_gave_during_an_outage(tmp_path, registry):
+    # Audit: during an LM outage (HTTP 500) items were answered by the offline analyst (ok, degraded), and the
+    # documented recovery, --resume --retry-failed, skipped them: the results file mixed models.
+    from fake_openai import FakeOpenAIServer, Reply, scripted
+
+    from agentic_iqa.batch.runner import UNREACHABLE_STREAK
+
+    imgs = images(tmp_path / "in", UNREACHABLE_STREAK + 1)
+    items = [BatchItem(image=str(p)) for p in imgs]
+    out = tmp_path / "r.jsonl"
+    down = [True]
+    good = scripted({"plan": valid_reply("plan"), "detect": valid_reply("detect"), "analyze": valid_reply("analyze"),
+                     "select": SELECT_PIQE, "score": valid_reply("score", level="B"), "explain": valid_reply("explain")})
+    outage = Reply(status=500, error_body={"error": {"message": "down"}})
+    with FakeOpenAIServer(lambda body: outage if down[0] else good(body)) as srv:
+        cfg = load_settings(tmp_path, lm="openai/fake-vlm", api_base=srv.base_url, cache={"enabled": False})
+        for role in ("planner", "executor", "summarizer"):
+            cfg.backends.role(role).num_retries = 0
+        first = run_batch(items, out, Assessor(cfg, registry=registry), concurrency=1)
+        assert first.stopped and first.degraded == UNREACHABLE_STREAK and first.not_attempted == 1
+        assert "--retry-failed" in first.stopped  # the circuit breaker names the recovery
+        down[0] = False
+        kept = run_batch(items, out, Assessor(cfg, registry=registry), resume=True)
+        assert kept.ran == 1 and kept.already_done == UNREACHABLE_STREAK
+        assert any("LM was unreachable" in n and "--retry-failed" in n for n in kept.notes), kept.notes
+        redone = run_batch(items, out, Assessor(cfg, registry=registry), retry_failed=True)
+    assert (redone.ran, redone.degraded, redone.already_done, redone.replaced_lines) == (UNREACHABLE_STREAK, 0, 1,
+                                                                                         UNREACHABLE_STREAK)
+    recs = lines(out)
+    assert len(recs) == len(imgs) and all(r["backend"].startswith("vlm") for r in recs), [r["backend"] for r in recs]
+
+
 def test_resume_with_another_configuration_says_why_nothing_was_skipped(tmp_path, settings, registry):
     # Results are keyed by configuration: resuming with another model, server or fusion setting runs
     # every item again beside the old lines. Before, nothing said so: the user saw a full re-run and a

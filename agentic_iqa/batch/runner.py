@@ -177,8 +177,9 @@ class BatchRunner:
                     self.stopped = (
                         f"the LM server was unreachable for {len(self._unreachable)} items in a row "
                         f"({self._unreachable[-1]}); no further items were started, so they do not each wait "
-                        "through the timeout and retries (the items already answered by the offline analyst "
-                        "are kept). Check the server (--api-base)")
+                        "through the timeout and retries (the items the offline analyst answered meanwhile are "
+                        "recorded as degraded). Check the server (--api-base); once it answers, --resume "
+                        "--retry-failed runs the rest and assesses those items again with the model")
                     return
                 pending.add(pool.submit(self.run_one, nxt))
                 limit -= 1
@@ -305,6 +306,13 @@ class BatchSummary:
         }
 
 
+def answered_in_outage(record: dict) -> bool:
+    """Whether a results line is the offline analyst's fallback answer while the LM was unreachable."""
+    from agentic_iqa.api import UNREACHABLE_BACKEND
+
+    return record.get("status") == "ok" and str(record.get("backend") or "").startswith(UNREACHABLE_BACKEND)
+
+
 def plan_resume(
     prepared: list[PreparedItem], state: ResumeState, *, retry_failed: bool
 ) -> tuple[list[PreparedItem], set[str], dict[str, int]]:
@@ -312,7 +320,10 @@ def plan_resume(
 
     Returns (to_run, identities whose old lines must go, counts). An item is done when a complete
     `ok` line has its key. A `failed` line settles the item by identity (its file may be unreadable,
-    so content cannot key it) unless `retry_failed`, or its files' contents are not those the failure saw. An `ok` line with the item's identity but
+    so content cannot key it) unless `retry_failed`, or its files' contents are not those the failure saw.
+    With `retry_failed`, an `ok` line the offline analyst answered because the LM was unreachable
+    (`answered_in_outage`) counts as failed too: after an outage, the documented recovery redoes it
+    with the model instead of mixing models in one results file. An `ok` line with the item's identity but
     another key is a result for an older version of the file (or reference): the item runs again and
     the old line is replaced, so each item keeps exactly one line.
 
@@ -320,15 +331,19 @@ def plan_resume(
     earlier `ok` lines run with those lines' keys in `done_keys`, and whoever hashes them skips the
     done ones (`is_done`) and replaces the stale lines of the rest after writing their new ones."""
     ok_keys: dict[str, list[str]] = {}
+    outage: set[str] = set()  # identities answered by the offline analyst while the LM was down
     for r in state.records:
         if r.get("status") == "ok":
-            ok_keys.setdefault(r.get("identity"), []).append(r["key"])
+            if retry_failed and answered_in_outage(r):  # not the configured model's answer: redone like a failure
+                outage.add(r.get("identity"))
+            else:
+                ok_keys.setdefault(r.get("identity"), []).append(r["key"])
     # The file contents each failed line saw: a failure is settled only while its files are unchanged.
     failed_contents: dict[str, set] = {}
     for r in state.records:
         if r.get("status") == "failed":
             failed_contents.setdefault(r.get("identity"), set()).add((r.get("image_sha256"), r.get("reference_sha256")))
-    failed_identities = set(failed_contents)
+    failed_identities = set(failed_contents) | outage
     to_run: list[PreparedItem] = []
     replace: set[str] = set()
     counts = {"already_done": 0, "failed_before": 0}
@@ -394,6 +409,13 @@ def plan_batch(
     summary.already_done, summary.failed_before = counts["already_done"], counts["failed_before"]
     if summary.failed_before:
         summary.notes.append(f"{summary.failed_before} item(s) failed in an earlier run and were not retried (pass --retry-failed)")
+    if not retry_failed:
+        ids = {p.identity for p in unique}
+        fell_back = sum(1 for r in state.records if r.get("identity") in ids and answered_in_outage(r))
+        if fell_back:
+            summary.notes.append(
+                f"{fell_back} earlier result(s) were answered by the offline analyst because the LM was unreachable; "
+                "kept (pass --retry-failed to assess them again with the model)")
     return to_run, replace
 
 
