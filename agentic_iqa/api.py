@@ -21,6 +21,7 @@ from agentic_iqa.redact import redact_data
 from agentic_iqa.state import ExecutorOutput, PlannerOutput, SummarizerOutput, TraceEvent
 
 UNREACHABLE_BACKEND = "offline analyst (LM unreachable: "
+UNUSABLE_BACKEND = "offline analyst (no usable model reply: "
 DEFAULT_SCORING_QUERY = "Rate the overall quality of this image."
 # The smallest side an image to assess may have; smaller ones are refused as bad input. The offline
 # statistics need whole 8×8 blocks clear of the border (offline.stats.MIN_SIDE, 24 px), and their frequency
@@ -383,12 +384,20 @@ def result_from_state(final: dict, total_seconds: float = 0.0) -> AssessmentResu
 
     events = final.get("trace") or []
     unreachable = final.get("lm_unreachable")
+    backend = final["backend"] if not unreachable else f"{UNREACHABLE_BACKEND}{unreachable})"
+    called = {ev.stage for ev in events if ev.kind == "lm_call"}
+    fell_back = {ev.stage: ev.message for ev in events if ev.kind == "fallback"}
+    if not unreachable and called and called <= fell_back.keys():
+        # Every stage that asked the model fell back: the answer is the analyst's, not the model's (a server
+        # answering 200 with a body that is no chat completion, or a model that never writes the format).
+        why = fell_back[next(ev.stage for ev in events if ev.kind == "lm_call")].split(" → ")[0]
+        backend = f"{UNUSABLE_BACKEND}{why})"
     result = AssessmentResult(
         query=final["query"],
         image=final["image_path"],
         reference=final.get("reference_path"),
         mode="score" if final["scoring"] else "answer",
-        backend=final["backend"] if not unreachable else f"{UNREACHABLE_BACKEND}{unreachable})",
+        backend=backend,
         result=final["summarizer_result"],
         plan=final.get("plan"),
         evidence=final.get("executor_evidence"),

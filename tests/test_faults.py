@@ -81,9 +81,12 @@ def fallbacks(rec: dict) -> list[str]:
 
 def assert_lm_output_degraded(rec: dict) -> None:
     """Bad model output everywhere: retried, then every LM field null and every step's fallback ran;
-    the LM stayed reachable, so it is not reported as unreachable."""
+    the LM stayed reachable, so it is not reported as unreachable, but nothing of the answer came from the model
+    (it was labelled "vlm (openai/fake-vlm)")."""
     res = rec["result"]
-    assert rec["backend"] == "vlm (openai/fake-vlm)"
+    assert re.fullmatch(r"offline analyst \(no usable model reply: model reply rejected 4× \(.+\)\)", rec["backend"]), \
+        rec["backend"]
+    assert not rec["backend"].startswith("offline analyst (LM unreachable")
     assert res["retries"] > 0 and rec["degraded"]
     assert res["evidence"]["distortion_set"] is None and res["evidence"]["distortion_analysis"] is None
     fb = fallbacks(rec)
