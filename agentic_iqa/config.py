@@ -18,6 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError,
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 ROLES = ("planner", "executor", "summarizer")
+#: The modules a compiled program can tune (the keys of `programs:`): agents.modules.MODULE_NAMES, repeated
+#: here because config sits below the agents (a test keeps the two equal).
+PROGRAM_MODULES = ("planner", "detect", "analyze", "select", "summarize")
 CONFIG_FILES = ("model_backends.yaml", "pipeline.yaml")
 
 
@@ -131,6 +134,18 @@ class PipelineConfig(BaseModel):
     tools: ToolSettings = ToolSettings()
     programs: dict[str, Path] = {}
 
+    @field_validator("programs")
+    @classmethod
+    def _program_modules(cls, v: dict[str, Path]) -> dict[str, Path]:
+        # A misspelt key was accepted, and without a model never looked at: refused, model or not.
+        import difflib
+
+        for name in v:
+            if name not in PROGRAM_MODULES:
+                close = difflib.get_close_matches(name, PROGRAM_MODULES, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise ValueError(f"unknown module {name!r}{hint}; the keys are module names: {', '.join(PROGRAM_MODULES)}")
+        return v
 
     @field_validator("image_transport")
     @classmethod
@@ -453,6 +468,23 @@ def checked_base_url(url: str, where: str) -> str:
     return url.strip()
 
 
+def _check_unused_programs(programs: dict[str, Path], cdir: Optional[Path], data: dict, overrides: dict) -> None:
+    """With no model, programs are never loaded; their files are still checked (as `--program`'s are) so a
+    wrong path or a program for another module is said now, not on the day a model is set."""
+    from agentic_iqa.programs import ProgramError, read_program
+
+    for name, path in programs.items():
+        from_file = cdir is not None and "programs" not in overrides and isinstance(data.get("programs"), dict)
+        where = f"{cdir / 'pipeline.yaml'}: `programs.{name}`" if from_file else f"setting `programs.{name}`"
+        try:
+            header = read_program(path)[0]
+        except ProgramError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+        if header.get("module") != name:
+            raise ConfigError(f"{where}: {path} was compiled for the {header.get('module')!r} module, not {name!r}; "
+                              f"list it under `programs.{header.get('module')}` or compile one for {name}")
+
+
 def _refuse_keys(data: dict, path: Path) -> None:
     """API keys are never read from files: say where the key goes instead of 'extra field'."""
     for role in ROLES:
@@ -532,4 +564,6 @@ def load_settings(
         raise ConfigError(f"setting `{'.'.join(map(str, first['loc']))}`: {_msg(first)}") from None
     if "tools" in pipeline_overrides:
         sources["tools.device"] = "tools.device (argument)"
+    if pipeline.programs and not (pipeline.backend != "offline" and backends.any_model):
+        _check_unused_programs(pipeline.programs, cdir, pipeline_data, pipeline_overrides)
     return Settings(backends=backends, pipeline=pipeline, config_dir=cdir, config_files=used, sources=sources)

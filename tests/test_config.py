@@ -1,6 +1,7 @@
 """Configuration files, precedence and errors."""
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -269,3 +270,32 @@ def test_a_misspelt_variable_is_pointed_out(monkeypatch):
     monkeypatch.delenv("AGENTIC_IQA_SOMETHING_ELSE")
     monkeypatch.setenv("AGENTIC_IQA_RAY_ACTORS", "2")  # read by --engine ray runs: known
     assert unknown_env_vars() == []
+
+
+def test_program_module_names_match_the_agents_table():
+    from agentic_iqa.agents.modules import MODULE_NAMES
+    from agentic_iqa.config import PROGRAM_MODULES
+
+    assert PROGRAM_MODULES == MODULE_NAMES
+
+
+def test_programs_in_pipeline_yaml_are_checked_with_or_without_a_model(tmp_path):
+    """`programs: {plannr: x.json}` gave exit 0 and no word when no model was set (with one, the module
+    name was refused only when the agents were built)."""
+    (tmp_path / "pipeline.yaml").write_text("programs: {plannr: x.json}\n")
+    for lm in (None, "openai/fake"):
+        with pytest.raises(ConfigError) as err:
+            load_settings(tmp_path, lm=lm)
+        msg = str(err.value)
+        assert "pipeline.yaml: `programs`: unknown module 'plannr' (did you mean 'planner'?)" in msg, msg
+        assert "planner, detect, analyze, select, summarize" in msg
+    # No model: the file itself is checked, as --program's is.
+    (tmp_path / "pipeline.yaml").write_text("programs: {planner: missing.json}\n")
+    with pytest.raises(ConfigError, match=r"pipeline.yaml: `programs.planner`: compiled program .*missing.json: file not found"):
+        load_settings(tmp_path)
+    (tmp_path / "detect.json").write_text(json.dumps({"agentic_iqa_program": {"module": "detect"}, "state": {}}))
+    (tmp_path / "pipeline.yaml").write_text("programs: {planner: detect.json}\n")
+    with pytest.raises(ConfigError, match="compiled for the 'detect' module, not 'planner'"):
+        load_settings(tmp_path)
+    (tmp_path / "pipeline.yaml").write_text("programs: {detect: detect.json}\n")
+    assert load_settings(tmp_path).pipeline.programs == {"detect": tmp_path / "detect.json"}
