@@ -456,15 +456,26 @@ def checked_base_url(url: str, where: str) -> str:
 
     from agentic_iqa.redact import redact, register_secret
 
+    # Quoted without what follows '?' or '#': a query may carry a key (?key=…, a signed URL's sig=…).
+    cut = min((i for i in (url.find("?"), url.find("#")) if i >= 0), default=-1)
+    shown = redact(url if cut < 0 else url[:cut] + url[cut] + "…")
     try:
         parts = urlsplit(url.strip())
         parts.port  # noqa: B018 - raises ValueError on a bad port
     except ValueError:
         parts = None
     if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError(f"{where} {redact(url)!r} is not a valid http(s) URL (scheme, host, port); "
+        raise ConfigError(f"{where} {shown!r} is not a valid http(s) URL (scheme, host, port); "
                           "write it like http://localhost:8000/v1")
     register_secret(parts.password)
+    if parts.query or parts.fragment or cut >= 0:
+        # The client appends /chat/completions to the base: '?api-version=…' ended up inside the path.
+        raise ConfigError(f"{where} {shown!r} has a query string or fragment ('?…' / '#…'), which would break every "
+                          "request (the request path is appended after it); give the base URL alone, e.g. "
+                          "http://localhost:8000/v1. For Azure OpenAI use LiteLLM's azure/ provider "
+                          "(--lm azure/DEPLOYMENT, the resource URL as the base) and set the API version with "
+                          "AZURE_API_VERSION; a key goes in the environment (OPENAI_API_KEY, AZURE_API_KEY or "
+                          "api_key_env), never in the URL")
     return url.strip()
 
 

@@ -9,7 +9,8 @@ traces, results files, the score cache, compiled programs — goes through `reda
   `*_SECRET`), plus any value registered with `register_secret` (a role's `api_key_env`);
 * bearer tokens (`Authorization: Bearer …`) and provider-style keys (`sk-…`, `sk-ant-…`) even when
   they are not ours — a server may echo someone else's;
-* the user name and password of a URL (`https://user:pass@host/v1` → `https://***@host/v1`).
+* the user name and password of a URL (`https://user:pass@host/v1` → `https://***@host/v1`), and the
+  values of key-like query parameters (`?key=…`, `&access_token=…`, `sig=…`).
 
 Strings leaving the process must also be valid UTF-8: a file name that is not (on Linux, Python holds
 its odd bytes as lone surrogates) is written with those bytes as `\\xNN` escapes instead of failing
@@ -34,6 +35,8 @@ _PATTERNS = (
     re.compile(r"(?i)(\b(?:api[_-]?key|x-api-key|authorization)[\"']?\s*[:=]\s*[\"']?)(?!bearer\b)[A-Za-z0-9._~+/=\-]{8,}"),
     re.compile(r"()\b(?:sk|rk)-[A-Za-z0-9_\-]{16,}"),
     re.compile(r"(?i)(\b[a-z][a-z0-9+.\-]*://)[^\s/?#@]+(?=@)"),
+    # A key in a URL's query (?key=…, &access_token=…, a signed URL's sig=…); other parameters stay readable.
+    re.compile(r"(?i)([?&](?:[a-z0-9_\-]*(?:key|token|secret|password|passwd|pwd)|sig|signature|code)=)[^&#\s\"']+"),
 )
 
 _SURROGATE = re.compile("[\ud800-\udfff]")

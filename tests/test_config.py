@@ -299,3 +299,17 @@ def test_programs_in_pipeline_yaml_are_checked_with_or_without_a_model(tmp_path)
         load_settings(tmp_path)
     (tmp_path / "pipeline.yaml").write_text("programs: {detect: detect.json}\n")
     assert load_settings(tmp_path).pipeline.programs == {"detect": tmp_path / "detect.json"}
+
+
+@pytest.mark.parametrize("url", ["http://host:8000/v1?api-version=2024-02-01", "http://host/v1?key=SECRETvalue123456",
+                                 "http://host/v1#frgmnt123", "http://user:pa55word-xyz@host/v1?token=SECRETvalue123456"])
+def test_a_base_url_with_a_query_or_fragment_is_refused_without_printing_it(url):
+    """`--api-base http://host/v1?api-version=…` was accepted and broke every request (the path became
+    `/v1?api-version=…/chat/completions`); a `?key=SECRET` in it was echoed as it was."""
+    from agentic_iqa.config import checked_base_url
+
+    with pytest.raises(ConfigError) as err:
+        checked_base_url(url, "--api-base")
+    msg = str(err.value)
+    assert "--api-base" in msg and "query string or fragment" in msg and "azure/" in msg and "AZURE_API_VERSION" in msg, msg
+    assert "SECRET" not in msg and "pa55word" not in msg and "2024-02-01" not in msg and "frgmnt123" not in msg, msg

@@ -151,3 +151,11 @@ def test_a_key_echoed_in_the_answers_never_reaches_a_compiled_program(tmp_path):
     text = out.read_text()
     assert "your key is" in text, "the test must bootstrap an echoed answer to mean anything"
     assert SENTINEL not in _everything_written(tmp_path)
+
+
+def test_secrets_in_a_urls_query_are_masked_wherever_it_is_quoted():
+    from agentic_iqa.redact import redact
+
+    text = redact("GET https://u:pa55word-xyz@host/v1?api-version=2024&key=SECRETvalue123456&sig=abcdefgh12345678 failed")
+    assert "SECRETvalue123456" not in text and "abcdefgh12345678" not in text and "pa55word" not in text, text
+    assert "api-version=2024" in text and "https://***@host/v1" in text  # what is not a secret stays readable
