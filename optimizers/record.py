@@ -11,7 +11,9 @@ Each trace yields up to one line per module, from what the pipeline did:
 These labels are the pipeline's own answers until someone checks them: lines say so in
 `label_source`, and the summarizer label can be given outright (`level=` / `answer=`). A recorded
 plan whose flags contradict DESIGN §3's rules for its own fields is reported, since it would teach
-the contradiction. Images are copied next to the fixture files (under images/, named by content
+the contradiction. A stage that fell back (the trace's `fallbacks`: a rejected reply, an unreachable LM)
+gave the rules' or the offline analyst's answer, not the model's: its line is skipped with the reason, or,
+for a summary labelled with --level/--answer, kept with the fallback in `meta.fallback`. Images are copied next to the fixture files (under images/, named by content
 hash) so a fixture folder stays usable when the original files move.
 """
 from __future__ import annotations
@@ -30,6 +32,11 @@ from optimizers.fixtures import FIXTURE_FILES, LINE_MODELS, ToolCatalog, default
 from signatures.models import ExecutorOutput, PlannerOutput, normalize_level
 
 RECORDED = "recorded (the pipeline's own answer: review before training on it)"
+
+
+#: The trace stage whose answer each module's line records, and the order the stages run in.
+STAGE_OF = {"planner": "planner", "detect": "detect", "analyze": "analyze", "select": "select", "summarize": "summarizer"}
+STAGES = ("planner", "detect", "analyze", "select", "execute", "summarizer")
 
 
 class RecordError(ValueError):
@@ -53,6 +60,29 @@ def _read_trace(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict) or not {"query", "image", "result"} <= set(data):
         raise RecordError(f"{path} is not a saved assessment (expected the JSON written by assess --save-trace)")
     return data
+
+
+def _fallbacks_by_module(data: dict[str, Any]) -> dict[str, str]:
+    """{module: the fallback that answered instead of the model} from the trace's `fallbacks` ("stage: why →
+    instead"). Once the LM was unreachable, every later stage is the offline analyst's without an entry of its own."""
+    found: dict[str, str] = {}
+    entries = data.get("fallbacks")
+    unreachable_from: Optional[int] = None
+    for entry in entries if isinstance(entries, list) else []:
+        stage, _, why = str(entry).partition(": ")
+        if stage not in STAGES:
+            continue
+        for module, module_stage in STAGE_OF.items():
+            if module_stage == stage:
+                found.setdefault(module, why)
+        if "LM unreachable" in why and unreachable_from is None:
+            unreachable_from = STAGES.index(stage)
+    if unreachable_from is not None:
+        for module, stage in STAGE_OF.items():
+            if STAGES.index(stage) > unreachable_from:
+                found.setdefault(module, f"the LM was unreachable from the {STAGES[unreachable_from]} stage on "
+                                         "→ the offline analyst answered")
+    return found
 
 
 def _find_image(raw: str, trace_path: Path) -> Path:
@@ -180,6 +210,22 @@ def lines_from_trace(
             out.warnings.append("summarize: --level is for quality-rating traces; this one answers a question, so "
                                 "the pipeline's answer was recorded: pass --answer to label it")
         candidates["summarize"] = line
+
+    fell_back = _fallbacks_by_module(data)
+    for module in list(candidates):
+        why = fell_back.get(module)
+        if why is None:
+            continue
+        if candidates[module].get("label_source") == "user":  # the user's label; the reasoning is the fallback's
+            candidates[module]["meta"] = {**common["meta"], "fallback": why}
+            out.warnings.append(f"{module}: the model did not answer this stage (fallback: {why}); your label was "
+                                "recorded, but the quality_reasoning is the fallback's: rewrite it before training on it")
+            continue
+        # Recorded, it would teach the rules' or the analyst's answer as the model's (meta.backend says "vlm").
+        del candidates[module]
+        out.skipped.append(f"{module}: the model did not give this answer (fallback: {why}); "
+                           + ("pass --level/--answer to label it yourself" if module == "summarize"
+                              else "write the right answer into a fixture line by hand"))
 
     for module, fields in candidates.items():
         line = {"id": f"rec-{key}-{module}", **common, **fields}

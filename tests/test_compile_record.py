@@ -118,3 +118,36 @@ def test_record_into_a_file_instead_of_a_folder_is_one_line(tmp_path, trace):
     assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
     assert "notes.txt is a file, not a folder" in " ".join(res.output.split()), res.output
     assert notes.read_text() == "mine"
+
+
+def test_stages_that_fell_back_are_not_recorded_as_the_models_answers(tmp_path, trace):
+    """A trace where every stage fell back was recorded whole: the rule-based plan and the analyst's summary,
+    with meta.backend "vlm (…)" and no word of the fallback, to be trained on as the model's answers."""
+    path, _ = trace
+    data = json.loads(path.read_text())
+    assert data["backend"].startswith("vlm")
+    data["fallbacks"] = ["planner: model reply rejected 4× (invalid JSON) → rule-based plan",
+                         "select: model reply rejected 4× (unknown tool 'X') → generic tools (PIQE)",
+                         "summarizer: model reply rejected 4× (invalid JSON) → offline analyst summarized the evidence"]
+    fell = tmp_path / "fell.json"
+    fell.write_text(json.dumps(data))
+    out = tmp_path / "fx"
+    res = runner.invoke(app, ["fixtures", "record", str(fell), "--out", str(out)])
+    text = " ".join(res.output.split())
+    assert res.exit_code == 0, res.output
+    assert "skipped planner: the model did not give this answer (fallback: model reply rejected 4× (invalid JSON) → rule-based plan)" in text, text
+    assert "skipped select:" in text and "skipped summarize:" in text, text
+    assert {p.name for p in out.glob("*.jsonl")} == {"detect.jsonl", "analyze.jsonl"}  # the model's own answers
+    # A level given by the user is the user's label: recorded, the fallback kept in meta and said.
+    res = runner.invoke(app, ["fixtures", "record", str(fell), "--out", str(out), "-m", "summarize", "--level", "C"])
+    line = load_fixture_file("summarize", out / "summarize.jsonl").lines[0]
+    assert line.label_source == "user" and "offline analyst" in line.meta["fallback"]
+    assert "warning:" in res.output and "quality_reasoning" in res.output
+    # The LM unreachable from detect on: every later stage is the offline analyst's (one fallback entry only).
+    data["fallbacks"] = ["detect: LM unreachable (LMTransportError: refused); offline analyst answers"]
+    cut = tmp_path / "cut.json"
+    cut.write_text(json.dumps(data))
+    out2 = tmp_path / "fx2"
+    res = runner.invoke(app, ["fixtures", "record", str(cut), "--out", str(out2)])
+    assert res.exit_code == 0, res.output
+    assert {p.name for p in out2.glob("*.jsonl")} == {"planner.jsonl"}, res.output
