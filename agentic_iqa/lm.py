@@ -93,10 +93,11 @@ class _Attempt:
     really happened: LiteLLM reports an error raised while its client reads as a connection error, and
     a page that is not JSON as an HTTP 500."""
 
-    __slots__ = ("lm", "refused", "status", "content_type")
+    __slots__ = ("lm", "refused", "status", "content_type", "cut_by_budget")
 
     def __init__(self, lm: Any) -> None:
         self.lm, self.refused = lm, None
+        self.cut_by_budget = False  # its read timeout was shortened to what the call budget had left
         self.status: Optional[int] = None
         self.content_type: Optional[str] = None
 
@@ -540,6 +541,10 @@ def _budgeted_lm_class() -> type:
             if kind is not None:
                 raise self._not_an_api(kind) from None
             if attempt >= self._retries or not is_retryable_lm_error(exc):
+                if seen.cut_by_budget and _in_our_terms(exc) is not exc:
+                    # A read timeout shortened to the budget's remainder: the budget ran out, not the per-request
+                    # timeout ("no bytes for 16s (the per-request timeout)" after 299 s with timeout 120).
+                    raise self._exhausted(attempt + 1, "the budget ran out during a request") from exc
                 ours = _in_our_terms(exc)
                 if ours is exc:
                     raise exc
@@ -608,7 +613,11 @@ def _budgeted_lm_class() -> type:
         def _timeout_for(self, kwargs: dict, deadline: float) -> float:
             base = kwargs.get("timeout", self.kwargs.get("timeout"))
             base = float(base) if isinstance(base, (int, float)) and not isinstance(base, bool) else 600.0
-            return _attempt_timeout(base, deadline - time.monotonic())
+            timeout = _attempt_timeout(base, deadline - time.monotonic())
+            seen = _inside.get()
+            if seen is not None:
+                seen.cut_by_budget = timeout < base
+            return timeout
 
         def __call__(self, prompt=None, *, messages=None, **kwargs):
             if kwargs.get("request") is not None or isinstance(prompt, Request):
