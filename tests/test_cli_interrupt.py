@@ -139,6 +139,49 @@ def test_a_batch_ctrl_c_that_would_wait_for_a_stuck_worker_still_exits_130():
     assert time.monotonic() - t0 < 30  # not the 600 s call
 
 
+def test_a_doubled_ctrl_c_is_one_interrupt():
+    """GNU `timeout -s INT` (and a terminal) signal the child and its process group: one stop arrives twice.
+    Before, the copy landed inside the first signal's handler (while it started the watchdog) and was taken as
+    a second Ctrl-C: the process left at once, without the batch summary, in 4 runs of 10. Here the copy is
+    delivered at exactly that spot; the KeyboardInterrupt must still reach the batch."""
+    code = (
+        "import os, signal, time\n"
+        "import agentic_iqa.cli.assess as a\n"
+        "start_watchdog = a._daemon_timer\n"
+        "def copy_arrives_meanwhile(seconds, action):\n"
+        "    os.kill(os.getpid(), signal.SIGINT)  # the process group's copy\n"
+        "    time.sleep(0.05)\n"
+        "    start_watchdog(seconds, action)\n"
+        "a._daemon_timer = copy_arrives_meanwhile\n"
+        "try:\n"
+        "    with a._batch_sigint():\n"
+        "        os.kill(os.getpid(), signal.SIGINT)\n"
+        "        time.sleep(30)\n"
+        "except KeyboardInterrupt:\n"
+        "    print('summary', flush=True)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+    assert "summary" in proc.stdout, (proc.returncode, proc.stderr[-2000:])
+    assert proc.returncode == 0
+
+
+def test_sigterm_in_a_batch_prints_the_summary_and_exits_143(tmp_path):
+    # Before: SIGTERM (a supervisor, `timeout`, `kill`) ended a batch with 143 and no summary or resume hint.
+    images = [write_test_image(tmp_path / f"img{i}.jpg", size=(128, 96), seed=i) for i in range(3)]
+    out_file = tmp_path / "results.jsonl"
+    plans = [valid_reply("plan"), Reply(content=json.dumps(valid_reply("plan")), delay=SLOW)]
+    with FakeOpenAIServer(scripted(_routes(plan=plans))) as srv:
+        proc = _cli(srv, tmp_path, *map(str, images), "--out", str(out_file), "-j", "1", "--no-progress", "--json")
+        _wait_for(lambda: sum(route_of(r["body"]) == "plan" for r in srv.requests) >= 2, proc, "the second item")
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, (out, err)
+    summary = json.loads(out)
+    assert summary["status"] == "interrupted" and summary["exit_code"] == 143 and summary["ok"] == 1
+    assert len(out_file.read_text().splitlines()) == 1 and "Traceback" not in err
+
+
 def test_a_ctrl_c_while_a_local_batch_is_planned_exits_130_not_aborted(tmp_path, monkeypatch):
     """A Ctrl-C before the run loop starts (while the items are listed or the assessor built) exits 130
     with a --resume hint; click would otherwise print "Aborted!" and exit 1."""

@@ -458,7 +458,8 @@ def _batch(images, manifest, out, query, reference, lm, api_base, config, offlin
 
         assessor = Assessor(settings, make_lm=lm_or_demo)
         progress = _Progress(enabled=not quiet)
-        with progress, _batch_sigint():
+        stop = _batch_sigint()
+        with progress, stop:
             summary = run_batch(
                 items, out, assessor, concurrency=concurrency, resume=resume, retry_failed=retry_failed,
                 overwrite=overwrite, use_cache=not no_cache, with_trace=with_trace, resize_reference=resize_reference,
@@ -473,13 +474,13 @@ def _batch(images, manifest, out, query, reference, lm, api_base, config, offlin
     except Exception as exc:  # noqa: BLE001 - one clear line, never a traceback
         unexpected(exc, "batch failed")
 
-    code = _finish_batch(summary, as_json, exit=False)
+    code = _finish_batch(summary, as_json, exit=False, interrupted_code=stop.exit_code)
     if summary.interrupted:
         # Assessments still running in worker threads would keep the interpreter alive until their LM
         # calls return (up to the timeout); every finished item is already fsync'd, so leave now.
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(EXIT_INTERRUPTED)
+        os._exit(code)
     raise typer.Exit(code)
 
 
@@ -519,7 +520,8 @@ def _ray_batch(images, manifest, out, query, reference, lm, api_base, config, of
         # Our own SIGINT handler, as for the local batch: Python installs its KeyboardInterrupt handler only
         # when SIGINT is not ignored at start-up, and a command started with `&` by a non-interactive shell
         # (a CI script's `cmd &`) inherits SIGINT ignored: without this, SIGINT did nothing and the run went on.
-        with _batch_sigint():
+        stop = _batch_sigint()
+        with stop:
             summary = run_cli_batch(items, out, settings, address=address, fmt=fmt, resume=resume, retry_failed=retry_failed,
                                     overwrite=overwrite, concurrency=concurrency, use_cache=not no_cache,
                                     resize_reference=resize_reference, manifest_problems=problems, notes=notes,
@@ -535,7 +537,7 @@ def _ray_batch(images, manifest, out, query, reference, lm, api_base, config, of
         fail(escape(str(exc)), EXIT_BAD_INPUT)
     except Exception as exc:  # noqa: BLE001 - one clear line, never a traceback
         unexpected(exc, "batch failed")
-    _finish_batch(summary, as_json)
+    _finish_batch(summary, as_json, interrupted_code=stop.exit_code)
 
 
 def _interrupted_outside_the_run() -> None:
@@ -546,44 +548,54 @@ def _interrupted_outside_the_run() -> None:
 
 
 BATCH_STOP_GRACE = 10.0  # seconds a first Ctrl-C leaves the batch to save its summary before the process ends
+SAME_INTERRUPT = 0.5     # seconds within which a second signal is the same interrupt, not a second Ctrl-C
 
 
 class _batch_sigint:
-    """Ctrl-C during a batch: the first raises KeyboardInterrupt as usual (the runner stops starting items,
-    finished lines are already on disk, the summary is printed) and arms a watchdog that ends the process
-    with 130 after BATCH_STOP_GRACE seconds, so no interrupt landing in an unlucky spot (a lock held by a
-    thread pool, an exit that would wait for worker threads in an LM call) can leave it hanging; the
-    second Ctrl-C ends it at once. Outside the main thread (library use) nothing is installed."""
+    """Ctrl-C (or SIGTERM) during a batch: the first raises KeyboardInterrupt as usual (the runner stops starting
+    items, finished lines are already on disk, the summary is printed) and arms a watchdog that ends the
+    process after BATCH_STOP_GRACE seconds, so no interrupt landing in an unlucky spot (a lock held by a
+    thread pool, an exit that would wait for worker threads in an LM call) can leave it hanging; a second
+    one ends it at once. A signal within SAME_INTERRUPT seconds of the first is the same interrupt: GNU
+    `timeout -s INT` and a terminal both signal the child and its process group, so one stop arrives
+    twice, and taking the copy as a second Ctrl-C lost the summary. `exit_code`: 130 after SIGINT, 143
+    after SIGTERM (128 + the signal). Outside the main thread (library use) nothing is installed."""
 
     def __enter__(self):
         import signal
         import threading
+        import time
 
-        self._previous = None
+        self._previous: dict = {}
+        self.exit_code = EXIT_INTERRUPTED
         if threading.current_thread() is not threading.main_thread():
             return self
-        requested = threading.Event()
+        first: list[float] = []  # when the first signal came
 
         def leave() -> None:
             sys.stdout.flush()
             sys.stderr.flush()
-            os._exit(EXIT_INTERRUPTED)
+            os._exit(self.exit_code)
 
-        def on_sigint(signum, frame) -> None:
-            if requested.is_set():
+        def on_signal(signum, frame) -> None:
+            if first:
+                if time.monotonic() - first[0] < SAME_INTERRUPT:
+                    return  # the same stop delivered twice (to us and to our group): already being handled
                 leave()
-            requested.set()
+            first.append(time.monotonic())
+            self.exit_code = 128 + signum
             _daemon_timer(BATCH_STOP_GRACE, leave)
             raise KeyboardInterrupt
 
-        self._previous = signal.signal(signal.SIGINT, on_sigint)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._previous[sig] = signal.signal(sig, on_signal)
         return self
 
     def __exit__(self, *exc) -> None:
         import signal
 
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
 
 
 def _daemon_timer(seconds: float, action) -> None:
@@ -594,11 +606,12 @@ def _daemon_timer(seconds: float, action) -> None:
     timer.start()
 
 
-def _finish_batch(summary, as_json: bool, exit: bool = True) -> int:
-    """Print the batch summary (JSON or a table) and map its status to the exit code (raised unless `exit=False`)."""
+def _finish_batch(summary, as_json: bool, exit: bool = True, interrupted_code: int = EXIT_INTERRUPTED) -> int:
+    """Print the batch summary (JSON or a table) and map its status to the exit code (raised unless `exit=False`);
+    `interrupted_code`: the code of an interrupted batch (143 after SIGTERM)."""
     from agentic_iqa.cli.common import EXIT_OF_STATUS
 
-    code = EXIT_OF_STATUS[summary.status]
+    code = interrupted_code if summary.status == "interrupted" else EXIT_OF_STATUS[summary.status]
     if as_json:
         typer.echo(json.dumps({**summary.as_dict(), "exit_code": code}, indent=2, ensure_ascii=False))
     else:
