@@ -322,6 +322,7 @@ def load_fixture_file(
     seen: set[str] = set()
     context = {"known_tools": catalog.names}
     checked: dict[Path, Optional[str]] = {}  # lines share images: each is decoded once
+    unfit: list[Any] = []  # JSON lines that are not lines of this module: maybe another module's file
     for lineno, raw in enumerate(text.splitlines(), start=1):
         raw = raw.strip()
         if not raw or raw.startswith("#"):
@@ -336,6 +337,7 @@ def load_fixture_file(
         except ValidationError as exc:
             who = f" ({data.get('id')})" if isinstance(data, dict) and data.get("id") else ""
             problems.append(f"line {lineno}{who}: {_first_error(exc)}")
+            unfit.append(data)
             continue
         if line.id in seen:
             problems.append(f"line {lineno}: duplicate id {line.id!r}")
@@ -350,12 +352,37 @@ def load_fixture_file(
                 continue
         seen.add(line.id)
         lines.append(line)
+    if problems and not lines and unfit:
+        other = _module_of(unfit, module, context)
+        if other is not None:  # said once, instead of "planner_output: Field required" on every line
+            raise FixtureError(f"{path} looks like a fixture file for the {other!r} module, not {module!r} (its lines "
+                               f"validate as {other} lines): pass it with --module {other}, or give a {module} file "
+                               f"({FIXTURE_FILES[module]} in a fixture folder)")
     if problems:
         shown = "; ".join(problems[:10]) + (f"; … and {len(problems) - 10} more" if len(problems) > 10 else "")
         raise FixtureError(f"{path}: {len(problems)} bad line(s): {shown}")
     if not lines:
         raise FixtureError(f"{path} holds no fixture lines")
     return FixtureFile(module=module, path=path, lines=lines, catalog=catalog)
+
+
+def _module_of(rows: list[Any], module: str, context: dict) -> Optional[str]:
+    """The other module whose line format most of `rows` (at most the first 20) fit, or None."""
+    sample = rows[:20]
+    best, best_n = None, 0
+    for name, model in LINE_MODELS.items():
+        if name == module:
+            continue
+        n = 0
+        for row in sample:
+            try:
+                model.model_validate(row, context=context)
+                n += 1
+            except ValidationError:
+                pass
+        if n > best_n:
+            best, best_n = name, n
+    return best if best_n * 2 > len(sample) else None
 
 
 @dataclass

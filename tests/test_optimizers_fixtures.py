@@ -212,3 +212,12 @@ def test_fixture_files_are_size_capped_regular_files(tmp_path, monkeypatch):
     os.mkfifo(tmp_path / "fifo.jsonl")
     with pytest.raises(FixtureError, match="FIFO"):
         load_fixture_file("detect", tmp_path / "fifo.jsonl")
+
+
+def test_another_modules_file_is_named_once_instead_of_an_error_per_line():
+    """`compile --module planner --trainset summarize.jsonl` listed "planner_output: Field required" 34 times."""
+    with pytest.raises(FixtureError) as err:
+        load_fixture_file("planner", FIXTURE_DIR / "summarize.jsonl")
+    msg = str(err.value)
+    assert "looks like a fixture file for the 'summarize' module, not 'planner'" in msg and "--module summarize" in msg, msg
+    assert "Field required" not in msg
