@@ -104,6 +104,27 @@ def test_directory_scan_takes_image_extensions_only(tmp_path):
     assert names(scan_directory(tmp_path, recursive=True)) == ["a.png", "b.JPG", "c.webp", "e.TIFF", "sub/deep.gif"]
 
 
+def test_recursive_scan_follows_symlinked_folders_once_and_says_what_it_skips(tmp_path):
+    # Audit: --recursive skipped symlinked subfolders, and a symlink loop, without a word.
+    (tmp_path / "elsewhere" / "deep").mkdir(parents=True)
+    (tmp_path / "elsewhere" / "e.png").write_bytes(b"x")
+    (tmp_path / "elsewhere" / "deep" / "f.png").write_bytes(b"x")
+    top = tmp_path / "top"
+    (top / "real").mkdir(parents=True)
+    (top / "real" / "r.png").write_bytes(b"x")
+    os.symlink(tmp_path / "elsewhere", top / "linked")     # followed
+    os.symlink(top / "real", top / "again")                # the same folder twice: scanned once
+    os.symlink(top, top / "real" / "loop")                 # a loop: not followed
+    notes: list[str] = []
+    names = [str(p.relative_to(top)) for p in scan_directory(top, recursive=True, notes=notes)]
+    assert names == ["linked/deep/f.png", "linked/e.png", "real/r.png"]
+    assert len(notes) == 2, notes
+    assert any(n.startswith(str(top / "again")) and "already scanned" in n for n in notes), notes
+    assert any(n.startswith(str(top / "real" / "loop")) and "(a loop)" in n for n in notes), notes
+    items, item_notes = items_from_paths([str(top)], recursive=True)
+    assert len(items) == 3 and item_notes == notes  # the CLI prints them under the batch summary
+
+
 def test_paths_take_named_files_as_given_and_scan_folders(tmp_path):
     (tmp_path / "imgs").mkdir()
     (tmp_path / "imgs" / "x.png").write_bytes(b"x")

@@ -62,13 +62,56 @@ def as_item(value: Any) -> BatchItem:
     raise TypeError(f"cannot make a batch item from {type(value).__name__}: pass a path, a dict or a BatchItem")
 
 
-def scan_directory(folder: str | Path, recursive: bool = False) -> list[Path]:
-    """Image files in `folder` (by extension), sorted; hidden files and folders are skipped. Symlinked
-    folders are not followed (no loops); symlinked files are taken."""
+def scan_directory(folder: str | Path, recursive: bool = False, notes: Optional[list[str]] = None) -> list[Path]:
+    """Image files in `folder` (by extension), sorted; hidden files and folders are skipped. Symlinked files
+    are taken and symlinked folders followed, each real folder once: a link to a folder that contains it (a
+    loop) or to one already scanned is not followed, and a subfolder that cannot be read is not scanned;
+    each such skip is appended to `notes` with the reason, never silent."""
     root = Path(folder)
     found: list[Path] = []
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".")) if recursive else []
+    seen: set[tuple[int, int]] = set()  # (device, inode) of every folder scanned or about to be
+
+    def skipped(path: str, why: str) -> None:
+        if notes is not None:
+            notes.append(f"{path}: {why}")
+
+    def unreadable(exc: OSError) -> None:
+        skipped(exc.filename or str(root), f"folder not scanned ({exc.strerror or exc})")
+
+    try:
+        st = root.stat()
+        seen.add((st.st_dev, st.st_ino))
+    except OSError:
+        pass  # os.walk reports it through `unreadable`
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=True, onerror=unreadable):
+        if not recursive:
+            dirnames[:] = []
+        else:
+            here = os.path.realpath(dirpath)
+            # Real subfolders first, so a link to one of them is the duplicate, not the folder itself.
+            subs = sorted((d for d in dirnames if not d.startswith(".")), key=lambda d: (os.path.islink(os.path.join(dirpath, d)), d))
+            keep = []
+            for d in subs:
+                full = os.path.join(dirpath, d)
+                try:
+                    st = os.stat(full)
+                except OSError as exc:
+                    skipped(full, f"folder not scanned ({exc.strerror or exc})")
+                    continue
+                if os.path.islink(full):
+                    target = os.path.realpath(full)
+                    if here == target or here.startswith(target.rstrip(os.sep) + os.sep):
+                        skipped(full, f"a symlink to {target}, a folder that contains it (a loop): not followed")
+                        continue
+                    if (st.st_dev, st.st_ino) in seen:
+                        skipped(full, f"a symlink to {target}, a folder already scanned: not followed again")
+                        continue
+                elif (st.st_dev, st.st_ino) in seen:  # reached earlier through a symlink
+                    skipped(full, "already scanned through a symlink to it: not scanned again")
+                    continue
+                seen.add((st.st_dev, st.st_ino))
+                keep.append(d)
+            dirnames[:] = sorted(keep)
         for name in filenames:
             if not name.startswith(".") and Path(name).suffix.lower() in IMAGE_EXTENSIONS:
                 found.append(Path(dirpath) / name)
@@ -92,7 +135,7 @@ def items_from_paths(
     for raw in paths:
         p = Path(raw)
         if p.is_dir():
-            found = scan_directory(p, recursive)
+            found = scan_directory(p, recursive, notes)
             if not found:
                 hint = "" if recursive else " (pass --recursive to include subfolders)"
                 notes.append(f"{raw}: no image files found{hint}")
