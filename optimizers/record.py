@@ -50,13 +50,22 @@ class RecordResult:
     warnings: list[str] = field(default_factory=list)
 
 
+#: A saved assessment is a few hundred KB (every trace event included); a FIFO or a huge file is refused at once.
+MAX_TRACE_BYTES = 64 * 1024 * 1024
+
+
 def _read_trace(path: Path) -> dict[str, Any]:
+    from iqa_tools.files import read_regular_file
+
+    if not path.exists() and not path.is_symlink():
+        raise RecordError(f"trace file {path} does not exist")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise RecordError(f"trace file {path} does not exist") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raw = read_regular_file(path, f"trace file {path}", MAX_TRACE_BYTES, "a saved assessment")
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise RecordError(f"trace file {path} is not readable JSON ({exc})") from None
+    except ValueError as exc:  # not a regular file, too big, unreadable: read_regular_file's one line
+        raise RecordError(f"{exc}; pass the JSON written by assess --save-trace") from None
     if not isinstance(data, dict) or not {"query", "image", "result"} <= set(data):
         raise RecordError(f"{path} is not a saved assessment (expected the JSON written by assess --save-trace)")
     return data

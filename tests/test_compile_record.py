@@ -93,6 +93,11 @@ def test_record_refuses_files_that_are_not_saved_assessments(tmp_path):
     assert res.exit_code == 2 and "not a saved assessment" in res.output
     res = runner.invoke(app, ["fixtures", "record", str(tmp_path / "missing.json")])
     assert res.exit_code == 2 and "does not exist" in res.output
+    import os
+
+    os.mkfifo(tmp_path / "fifo.json")  # before: read_text waited for a writer forever
+    res = runner.invoke(app, ["fixtures", "record", str(tmp_path / "fifo.json"), "--out", str(tmp_path / "fx")])
+    assert res.exit_code == 2 and "is a FIFO (named pipe), not a regular file" in " ".join(res.output.split()), res.output
 
 
 def test_a_label_for_the_other_mode_is_said_to_be_unused(tmp_path, trace):
