@@ -642,6 +642,7 @@ def test_interrupted_batch_keeps_finished_items_and_resumes(tmp_path, settings, 
 
     stopped = run_batch(items, out, assessor, concurrency=2, on_result=ctrl_c_after_two)
     assert stopped.interrupted and stopped.status == "interrupted" and len(lines(out)) == 2
+    assert stopped.not_attempted == 4  # was 0: the summary said nothing was left to do
     done = run_batch(items, out, assessor, concurrency=2, resume=True)
     assert (done.already_done, done.ran) == (2, 4)
     assert sorted(r["image"] for r in lines(out)) == sorted(map(str, imgs))
@@ -697,6 +698,18 @@ def test_cli_manifest_batch_with_text_summary(tmp_path):
     assert recs["b"]["meta"] == {"answer": "A", "question": "Is it noisy?", "options": {"A": "Yes", "B": "No"},
                                  "mos_higher_better": True, "split": "test"}
     assert recs["a"]["meta"]["level"] == 2 and recs["c"]["status"] == "failed"
+    # The unusable row is recorded too ("printed and recorded"; before, only printed), once across resumes,
+    # and dropped once the row is fixed.
+    assert recs[None]["status"] == "failed" and recs[None]["error"].startswith("manifest line 4: bad JSON")
+    assert recs[None]["manifest_row"] and len(lines(out)) == 4
+    cli("--manifest", str(m), "--out", str(out), "--offline", "--no-cache", "--resume")
+    assert len(lines(out)) == 4
+    write_manifest(m, [{"id": "a", "image": "img00.jpg", "level": 2},
+                       {"id": "b", "image": "img01.jpg", "question": "Is it noisy?", "options": {"A": "Yes", "B": "No"}, "answer": "A"},
+                       {"id": "c", "image": "gone.jpg"}, {"id": "d", "image": "img00.jpg", "question": "Is it sharp?"}])
+    r = cli("--manifest", str(m), "--out", str(out), "--offline", "--no-cache", "--resume", "--json")
+    assert json.loads(r.stdout)["replaced_lines"] == 1
+    assert sorted(x["id"] for x in lines(out)) == ["a", "b", "c", "d"]
 
 
 @pytest.mark.parametrize("args,message", [

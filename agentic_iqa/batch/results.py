@@ -77,6 +77,22 @@ class ItemResult:
         return redact_data(_finite(rec))  # error messages may quote a server that echoed a key
 
 
+def manifest_problem_record(problem: str, fingerprint: str = "") -> dict:
+    """The results line of a manifest row that could not be read (bad JSON, a missing field): the file
+    accounts for every row, as the README promises. Keyed by the problem's text (it names the line), so
+    a resume neither repeats it nor keeps it once the row is fixed (`manifest_row` marks these lines)."""
+    from agentic_iqa.batch.items import _digest
+
+    key = _digest("manifest problem", problem)
+    return redact_data({
+        "key": key, "identity": key, "status": "failed", "id": None, "image": None, "reference": None,
+        "query": None, "mode": None, "answer": None, "level": None, "score": None, "backend": None,
+        "degraded": False, "error": f"manifest {problem}", "error_type": "bad_input", "manifest_row": True,
+        "seconds": 0.0, "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "image_sha256": None, "reference_sha256": None, "config": fingerprint,
+    })
+
+
 def _finite(value: Any) -> Any:
     """JSON has no NaN/Inf: write them as strings ("NaN", "Infinity"), as the state models do."""
     if isinstance(value, float) and not math.isfinite(value):

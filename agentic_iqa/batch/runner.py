@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional
 from agentic_iqa.config import LMSetupError, Settings
 from agentic_iqa.batch.items import (BatchError, BatchItem, PreparedItem, as_item, config_fingerprint, identify_item,
                                     is_done, prepare_item)
-from agentic_iqa.batch.results import ItemResult, ResultsFile, ResumeState
+from agentic_iqa.batch.results import ItemResult, ResultsFile, ResumeState, manifest_problem_record
 
 
 
@@ -271,7 +271,7 @@ class BatchSummary:
     replaced_lines: int = 0       # earlier lines replaced: retried failures, or results for changed files
     interrupted: bool = False
     stopped: Optional[str] = None  # why the batch stopped taking items (the LM is set up wrong)
-    not_attempted: int = 0        # items not started because of `stopped` (run again with --resume)
+    not_attempted: int = 0        # items not finished because of `stopped` or an interrupt (run again with --resume)
     seconds: float = 0.0
     scores: list[float] = field(default_factory=list, repr=False)
     config: str = ""
@@ -455,8 +455,16 @@ def run_batch(
             summary.notes.append(f"{out}: {state.unreadable_lines} line(s) are not result records; kept as they are, ignored")
         to_run, replace = plan_batch(items, settings=runner.settings, fingerprint=runner.fingerprint, state=state,
                                      summary=summary, retry_failed=retry_failed, workers=min(8, max(1, concurrency)))
-        if replace:
-            summary.replaced_lines = results.rewrite(lambda rec: rec.get("identity") not in replace)
+        problem_lines = {rec["key"]: rec for rec in (manifest_problem_record(p, runner.fingerprint) for p in problems)}
+        # A problem line whose row has been fixed (or whose line moved) since is dropped, as a stale result is.
+        stale_problems = any(r.get("manifest_row") and r["key"] not in problem_lines for r in state.records)
+        if replace or stale_problems:
+            summary.replaced_lines = results.rewrite(
+                lambda rec: rec.get("identity") not in replace and (not rec.get("manifest_row") or rec["key"] in problem_lines))
+        written = {r["key"] for r in state.records}
+        for key, rec in problem_lines.items():
+            if key not in written:
+                results.append(rec)
         if on_start:
             on_start(summary, len(to_run))
         try:
@@ -478,6 +486,7 @@ def run_batch(
                 summary.stopped, summary.not_attempted = runner.stopped, len(to_run) - summary.ran
         except KeyboardInterrupt:
             summary.interrupted = True
+            summary.not_attempted = len(to_run) - summary.ran  # not finished: --resume runs them
     finally:
         results.close()
         summary.seconds = time.perf_counter() - t0

@@ -706,7 +706,8 @@ def render_summary(summary) -> None:
     for n in summary.notes:
         con.print(f"[yellow]note:[/] {escape(n)}")
     if summary.interrupted:
-        con.print("[yellow]interrupted:[/] finished items are saved; run the same command with --resume to continue")
+        left = f"{summary.not_attempted} item(s) not finished; " if summary.not_attempted else ""
+        con.print(f"[yellow]interrupted:[/] finished items are saved; {left}run the same command with --resume to continue")
     if summary.stopped:
         con.print(f"[bold red]stopped:[/] {escape(summary.stopped)}")
         con.print(f"{setup_failed} item(s) failed for this reason and {summary.not_attempted} were not attempted; once fixed, "
