@@ -780,3 +780,10 @@ def test_public_assess_many_builds_its_own_assessor(tmp_path):
                                            use_cache=False))
     assert sorted(r.index for r in results) == [0, 1]
     assert all(r.ok and r.result.backend == "offline analyst" for r in results)
+
+
+@pytest.mark.parametrize("bare", ["photo.jpg", Path("photo.jpg"), {"image": "photo.jpg"}, BatchItem(image="photo.jpg")])
+def test_assess_many_refuses_one_bare_item_at_the_call(bare):
+    # Audit: assess_many("photo.jpg") assessed "p", "h", "o", … ("p: file not found" for each character).
+    with pytest.raises(TypeError, match=r"not one .*pass \[.*assess\(\) for one image"):
+        assess_many(bare)  # no iteration needed: the mistake is reported where it is made

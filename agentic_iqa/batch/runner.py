@@ -4,11 +4,12 @@ through a gate) and `run_batch` (items → results file, with resume and a summa
 from __future__ import annotations
 
 import concurrent.futures as cf
+import os
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Optional
+from typing import Any, Callable, Iterable, Iterator, Mapping, Optional
 
 from agentic_iqa.config import LMSetupError, Settings
 from agentic_iqa.batch.items import (BatchError, BatchItem, PreparedItem, as_item, config_fingerprint, identify_item,
@@ -234,7 +235,19 @@ def assess_many(
         reference]) tuples or BatchItems; any iterable, consumed lazily.
     concurrency: assessments at once (LM calls overlap; tool runs are gated to `tool_slots`).
     lm / config / api_base= / backend=: as for `assess()`; or pass a ready `assessor`.
+
+    One image is `assess_many(["photo.jpg"])`: a bare path (or one dict or BatchItem) is refused with a
+    TypeError at the call, since iterating it would assess each of its characters (or keys).
     """
+    if isinstance(items, (str, bytes, os.PathLike, BatchItem, Mapping)):
+        raise TypeError(f"assess_many takes a list (or any iterable) of items, not one {type(items).__name__} "
+                        f"({items!r:.80}): pass [{items!r:.60}], or call assess() for one image")
+    return _assess_many(items, concurrency, lm, config, assessor, use_cache, resize_reference, tool_slots, settings_kw)
+
+
+def _assess_many(items, concurrency, lm, config, assessor, use_cache, resize_reference, tool_slots,
+                 settings_kw) -> Iterator[ItemResult]:
+    """assess_many's generator: the assessor is built when iteration starts, as before."""
     if assessor is None:
         from agentic_iqa.api import get_assessor
 
