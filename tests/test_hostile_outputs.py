@@ -191,3 +191,8 @@ def test_program_without_a_model_is_said_to_be_ignored(tmp_path, image):
     r = _offline(str(image), "--program", str(path))
     assert r.exit_code == 0, r.output
     assert "--program is ignored" in r.stderr
+    # The same program listed in pipeline.yaml's programs: was ignored without a word.
+    (tmp_path / "pipeline.yaml").write_text(f"programs:\n  planner: {path}\n")
+    r = _offline(str(image), "--config", str(tmp_path))
+    assert r.exit_code == 0, r.output
+    assert "programs: in pipeline.yaml is ignored: no model is configured" in r.stderr

@@ -167,11 +167,12 @@ def _settings(lm, api_base, config, offline, programs, tool_options=(None, None,
         from agentic_iqa.cli.common import quiet_dspy_logs
 
         quiet_dspy_logs()
-    if programs and not settings.uses_model:
+    if settings.pipeline.programs and not settings.uses_model:  # --program or pipeline.yaml's programs:
         from rich.console import Console
 
+        given = "--program" if programs else "programs: in pipeline.yaml"
         Console(stderr=True, highlight=False).print(
-            "[yellow]note:[/] --program is ignored: no model is configured (the offline analyst answers); "
+            f"[yellow]note:[/] {given} is ignored: no model is configured (the offline analyst answers); "
             "pass --lm MODEL to use it", soft_wrap=True)
     note_unused_api_base(settings, api_base)
     return settings
