@@ -1049,3 +1049,17 @@ def test_what_changed_against_the_reference_says_what_the_measures_show(tmp_path
     assert same.answer == "Nothing measured changed: no distortion measured against the reference.", same.answer
     identical = agentic_iqa.assess(str(ref), "Is the image identical to the reference? A. Yes B. No", reference=str(ref), **kw)
     assert identical.answer == "A" and "cannot see" not in identical.result.quality_reasoning
+
+
+def test_brisque_reading_below_clean_photos_is_said_when_the_analyst_measures_nothing(astronaut):
+    """Grain of one value in all three channels is read as no distortion (RESULTS follow-up 36): "A 4.72, No
+    distortion measured" while BRISQUE, shown beside it, read 2.49/5. The reasoning now says that they disagree."""
+    from agentic_iqa import create_assessor
+
+    iqa = create_assessor(offline=True, device="cpu")
+    grain = np.clip(astronaut + np.random.default_rng(0).normal(0, 20 / 255, astronaut.shape[:2])[..., None], 0, 1)
+    noisy = iqa(grain, "Is it grainy?").result.quality_reasoning
+    assert noisy.startswith("No distortion measured above the clean-photo range."), noisy  # what this test is about
+    assert "BRISQUE, though, reads" in noisy and "below the 3.1 clean photos reach" in noisy, noisy
+    assert "though, reads" not in iqa(astronaut).result.quality_reasoning
+    assert "though, reads" not in iqa(grain, reference=astronaut).result.quality_reasoning  # the reference is the bar

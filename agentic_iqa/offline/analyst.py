@@ -334,6 +334,8 @@ def _reasoning(analyses: dict, evidence: ExecutorOutput, fused, expected: float,
     text = " ".join(parts)
     if tools:
         text += " Tools: " + "; ".join(tools) + "."
+    if not found and (plan is None or plan.reference_mode != "Full-Reference"):  # with one, the reference is the bar
+        text += _tool_disagrees(evidence)
     stated = f"{expected:.2f}" + ("" if f"{expected:.2f}" == f"{fused.score:.2f}" else f", scored {fused.score:.2f}")
     if not tools:  # nothing to fuse or show: say so, and why, instead of "fused with the tools"
         text += (f" Measured severities put the expected level at {stated} ({fused.level}), with no tool score to fuse:"
@@ -344,6 +346,26 @@ def _reasoning(analyses: dict, evidence: ExecutorOutput, fused, expected: float,
         # Unweighted, the fused score is the expected level itself: said once ("at 4.84: 4.84 (A)" read as a typo).
         text += f" Measured severities put the expected level at {stated} ({fused.level}); the tools are shown, not weighted."
     return text
+
+
+# A no-reference tool's normalized score that clean photos stay above. BRISQUE: clean scikit-image training photos
+# 3.18-3.33, with grain of sigma 10 in all three channels 2.52-3.07 (3.1 between). Grain with no colour in it is damage
+# the analyst does not measure (benchmarks/RESULTS.md follow-up 36); held out on 86 evaluation-only photos (CBSD68,
+# McMaster; benchmarks/grain_note.py) clean photos read 3.21-3.33 (0 of 86 below), and of the grain the analyst
+# missed, 59 of 73 at sigma 10 and 68 of 68 at sigma 20 read below (follow-up 38).
+_CLEAN_TOOL_FLOOR = {"BRISQUE": 3.1}
+
+
+def _tool_disagrees(evidence: ExecutorOutput) -> str:
+    """A sentence when a no-reference tool reads below what clean photos reach although the analyst measured
+    nothing: the tool is still shown, not weighted, but the reader learns that the two disagree."""
+    for lg in evidence.tool_logs:
+        floor = _CLEAN_TOOL_FLOOR.get(lg.tool_name)
+        if lg.ok and floor is not None and lg.normalized_score < floor:
+            return (f" {lg.tool_name}, though, reads {lg.normalized_score:.2f}/5, below the {floor:g} clean photos reach:"
+                    " there may be damage the analyst does not measure (grain with no colour in it, for one) or"
+                    " content that misleads the tool.")
+    return ""
 
 
 def answer_question(query: str, plan: PlannerOutput, analyses: dict, fused_level: str) -> str:
