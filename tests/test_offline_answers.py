@@ -995,6 +995,7 @@ def _answer_with_reference(query: str, analyses: dict) -> str:
     ("Is this image better than the reference? A. Yes B. No", {"blurred": "B", "jpeg": "B", "same": "B"}),
     ("Is the reference better than this image? A. Yes B. No", {"blurred": "A", "jpeg": "A", "same": "B"}),
     ("Is the image worse than the reference? A. Yes B. No", {"jpeg": "A", "same": "B"}),
+    ("Is the image better than the reference? A. Yes B. No C. Same", {"blurred": "B", "same": "C"}),  # was B on "same"
 ])
 def test_a_comparison_with_the_reference_follows_what_was_lost(against_reference, query, answers):
     for image, expected in answers.items():
@@ -1063,3 +1064,23 @@ def test_brisque_reading_below_clean_photos_is_said_when_the_analyst_measures_no
     assert "BRISQUE, though, reads" in noisy and "below the 3.1 clean photos reach" in noisy, noisy
     assert "though, reads" not in iqa(astronaut).result.quality_reasoning
     assert "though, reads" not in iqa(grain, reference=astronaut).result.quality_reasoning  # the reference is the bar
+
+
+@pytest.mark.parametrize("query", [
+    "What object was added compared to the reference? A. A dog B. A cat",
+    "Which animal differs from the original? A. Dog B. Cat",
+])
+def test_a_content_question_naming_the_reference_gets_no_guessed_letter(against_reference, query):
+    # Counted as a comparison with the reference, these got "A" (the first option) for options it cannot read.
+    assert _answer_with_reference(query, against_reference["blurred"]).startswith(
+        "The offline analyst answers quality questions only: ")
+
+
+@pytest.mark.parametrize("query", [
+    "How is the quality compared to the reference?",
+    "What is the quality of the image compared to the reference?",
+    "How does the quality compare with the original?",
+])
+def test_a_quality_question_against_the_reference_gives_the_quality_first(against_reference, query):
+    # These lost their level ("Compared with the reference the image shows blur (severe)." alone).
+    assert _answer_with_reference(query, against_reference["blurred"]).startswith("Quality "), query

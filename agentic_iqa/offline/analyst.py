@@ -586,11 +586,38 @@ def _against_reference(query: str, plan: PlannerOutput) -> Optional[tuple[str, b
     question = question_part(query)
     if plan.reference_mode != "Full-Reference" or not (_REFERENCE_NAMED.search(query) or _WHICH_IMAGE.search(question)):
         return None
+    if _CONTENT_WH.match(question):  # "Which animal differs from the original?": content, not quality
+        return None
+    if (RATING_WORDS.search(question) and not YES_NO_QUESTION.match(question)
+            and not re.match(r"\s*how\s+(?:much|far)\b", question, re.I)):
+        return None  # "How is the quality compared to the reference?" asks for the quality first (the rating rules)
     for kind, pattern in _AGAINST_KINDS:
         if m := pattern.search(question):
             named = _REFERENCE_NAMED.search(question)
             return kind, bool(named and named.start() < m.start())
     return None
+
+
+# "What object …", "Which animal …": a wh-question about a thing in the picture, not about the picture or its quality.
+_CONTENT_WH = re.compile(r"^\s*(?:what|which)\s+(?!(?:image|photo|picture|one|version|copy|quality|distortions?|"
+                         r"changes?|differences?|damage|is|are|was|were|has|have|had|did|does|do|changed|differs?)\b)"
+                         r"[a-z]+\s+(?:is|are|was|were|has|have|did|does|do|differs?|changed|appears?|got)\b", re.I)
+
+
+def _readable_against_reference(query: str, plan: PlannerOutput) -> bool:
+    """Whether a comparison with the reference is one ``_answer_against_reference`` can answer: with options, only
+    Yes/No, options naming the two images (or neither), or graded amounts ("A. None B. A little C. A lot"); options
+    it cannot read ("A. A dog B. A cat") make it a content question, answered with no guessed letter."""
+    against = _against_reference(query, plan)
+    if against is None:
+        return False
+    options = mcq_options(query)
+    if not options:
+        return True
+    texts = [v.strip().rstrip(".?") for v in options.values()]
+    return ((any(_YES.match(v) for v in texts) and any(_NO.match(v) for v in texts))
+            or all(_option_side(v) for v in texts)
+            or sum(_option_grade(v) is not None for v in texts) >= 2)
 
 
 def _option_side(text: str) -> Optional[str]:
@@ -615,6 +642,9 @@ def _answer_against_reference(query: str, kind: str, about_reference: bool, anal
     options = mcq_options(query)
     if options:
         texts = {k: v.strip().rstrip(".?") for k, v in options.items()}
+        equal = next((k for k, v in texts.items() if _EQUAL_OPTION.search(v)), None)
+        if kind in ("better", "worse") and not found and equal:  # "A. Yes B. No C. Same" on an unchanged pair: C
+            return equal
         yes = next((k for k, v in texts.items() if _YES.match(v)), None)
         no = next((k for k, v in texts.items() if _NO.match(v)), None)
         if yes and no:
@@ -672,7 +702,7 @@ def asks_about_quality(query: str, plan: PlannerOutput) -> bool:
     if _WHAT_COLOUR.match(query):  # "What colour is the car?" names the colour of a thing, not colour damage
         return False
     if (plan.distortions or plan.required_tool or named_distortions(query) or RATING_WORDS.search(query)
-            or _DAMAGE_TALK.search(query) or _against_reference(query, plan)):
+            or _DAMAGE_TALK.search(query) or _readable_against_reference(query, plan)):
         return True
     if plan.query_type == "Other":
         return False
