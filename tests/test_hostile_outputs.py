@@ -196,3 +196,8 @@ def test_program_without_a_model_is_said_to_be_ignored(tmp_path, image):
     r = _offline(str(image), "--config", str(tmp_path))
     assert r.exit_code == 0, r.output
     assert "programs: in pipeline.yaml is ignored: no model is configured" in r.stderr
+    # --program gets the checks programs: gets: a wrong module name or a program of another module is refused.
+    r = _offline(str(image), "--program", f"plannr={path}")
+    assert r.exit_code == 2 and "unknown module 'plannr' (did you mean 'planner'?)" in r.output, r.output
+    r = _offline(str(image), "--program", f"detect={path}")
+    assert r.exit_code == 2 and "was compiled for the 'planner' module, not 'detect'" in r.output, r.output

@@ -147,12 +147,20 @@ def _settings(lm, api_base, config, offline, programs, tool_options=(None, None,
 
     device, weights_dir, transport, tools_files = (*tool_options, None, None)[:4]
     overrides = {"image_transport": transport} if transport is not None else {}
-    settings = with_tool_options(load_settings(config, lm=lm, api_base=api_base, backend="offline" if offline else None,
-                                               **overrides), device, weights_dir, tools_files)
-    for spec in programs:
-        module, _, path = spec.rpartition("=")
-        header = read_program(path)[0]  # checked now, model or not: a bad file is one line at once
-        settings.pipeline.programs[module or header.get("module", "")] = Path(path)
+    def read(**more):
+        return load_settings(config, lm=lm, api_base=api_base, backend="offline" if offline else None,
+                             **overrides, **more)
+
+    settings = read()
+    if programs:
+        given = {}
+        for spec in programs:
+            module, _, path = spec.rpartition("=")
+            header = read_program(path)[0]  # checked now, model or not: a bad file is one line at once
+            given[module or header.get("module", "")] = Path(path)
+        # Read again with them, so that --program gets the checks pipeline.yaml's programs: get (module names, files).
+        settings = read(programs={**settings.pipeline.programs, **given})
+    settings = with_tool_options(settings, device, weights_dir, tools_files)
     if lm and not offline and settings.pipeline.backend == "offline":
         from rich.console import Console
 
