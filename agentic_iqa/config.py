@@ -482,7 +482,7 @@ def checked_base_url(url: str, where: str) -> str:
 def _check_unused_programs(programs: dict[str, Path], cdir: Optional[Path], data: dict, overrides: dict) -> None:
     """With no model, programs are never loaded; their files are still checked (as `--program`'s are) so a
     wrong path or a program for another module is said now, not on the day a model is set."""
-    from agentic_iqa.programs import ProgramError, read_program
+    from agentic_iqa.programs import ProgramError, check_module, read_program
 
     for name, path in programs.items():
         from_file = cdir is not None and "programs" not in overrides and isinstance(data.get("programs"), dict)
@@ -491,9 +491,10 @@ def _check_unused_programs(programs: dict[str, Path], cdir: Optional[Path], data
             header = read_program(path)[0]
         except ProgramError as exc:
             raise ConfigError(f"{where}: {exc}") from None
-        if header.get("module") != name:
-            raise ConfigError(f"{where}: {path} was compiled for the {header.get('module')!r} module, not {name!r}; "
-                              f"list it under `programs.{header.get('module')}` or compile one for {name}")
+        try:
+            check_module(header, name, path)
+        except ProgramError as exc:
+            raise ConfigError(f"{where}: {exc}; list it under `programs.{header.get('module')}` or compile one for {name}") from None
 
 
 def _refuse_keys(data: dict, path: Path) -> None:

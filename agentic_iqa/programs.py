@@ -119,13 +119,18 @@ def read_program(path: str | Path) -> tuple[dict, dict]:
     return payload["agentic_iqa_program"], payload["state"]
 
 
+def check_module(header: dict, module: str, path: str | Path) -> None:
+    """ProgramError unless the program at `path` (its `header`) was compiled for `module`."""
+    if header.get("module") != module:
+        raise ProgramError(f"{path} was compiled for the {header.get('module')!r} module, not {module!r}")
+
+
 def load_program(modules: Mapping[str, Any], module: str, path: str | Path) -> dict:
     """Load the program at `path` into `modules[module]`; returns its header."""
     header, state = read_program(path)
     if module not in modules:
         raise ProgramError(f"unknown module {module!r} for program {path}; use one of {sorted(modules)}")
-    if header.get("module") != module:
-        raise ProgramError(f"{path} was compiled for the {header.get('module')!r} module, not {module!r}")
+    check_module(header, module, path)
     if str(header.get("signature_version")) != _signature_version():
         raise ProgramError(
             f"{path} was compiled for signature version {header.get('signature_version')!r}, but this agentic-iqa "
