@@ -17,6 +17,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from iqa_tools.images import DEFAULT_MAX_PIXELS
+
 ROLES = ("planner", "executor", "summarizer")
 #: The modules a compiled program can tune (the keys of `programs:`): agents.modules.MODULE_NAMES, repeated
 #: here because config sits below the agents (a test keeps the two equal).
@@ -127,7 +129,7 @@ class PipelineConfig(BaseModel):
     vlm_image_max_side: int = Field(2048, ge=64)
     # How images travel to the VLM: auto | original | jpeg[:Q] | side:N | jpeg:Q,side:N (signatures/image.py).
     image_transport: str = "auto"
-    max_image_pixels: int = Field(100_000_000, gt=0)
+    max_image_pixels: int = Field(DEFAULT_MAX_PIXELS, gt=0)  # the decompression-bomb guard iqa_tools applies
     max_query_chars: int = Field(2000, gt=0)
     lm_history: bool = False  # keep DSPy's per-call history and trace (dspy.inspect_history); they hold every image
     cache: CacheSettings = CacheSettings()

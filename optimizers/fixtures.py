@@ -21,6 +21,8 @@ from typing import Any, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from agentic_iqa.agents.modules import AGENT_MODULES
+# The pipeline's default pixel limit (max_image_pixels): a fixture image is sent to the model like any other.
+from iqa_tools.images import DEFAULT_MAX_PIXELS
 from signatures.models import (
     DISTORTION_CATEGORIES,
     SEVERITIES,
@@ -41,8 +43,6 @@ CATALOG_FILE = "tool_catalog.json"
 #: A fixture file is read whole and every line becomes an example (and a validation line an LM call): the
 #: shipped files are ~100 KB; 16 MiB is ~10,000 lines, far more than few-shot compiling can use.
 MAX_FIXTURE_BYTES = 16 * 1024 * 1024
-#: The pipeline's default pixel limit (max_image_pixels): a fixture image is sent to the model like any other.
-DEFAULT_MAX_PIXELS = 100_000_000
 
 ReferenceModeName = Literal["Full-Reference", "No-Reference"]
 
