@@ -185,6 +185,12 @@ def image_transport_parts(text: str) -> tuple[str, Optional[int], Optional[int]]
     return kind, quality, side
 
 
+def uses_model(pipeline: PipelineConfig, backends: ModelBackends) -> bool:
+    """A model answers (the offline analyst only as its fallback): a model is configured and the backend
+    is not forced offline."""
+    return pipeline.backend != "offline" and backends.any_model
+
+
 class Settings(BaseModel):
     """Everything one assessment needs to know about how to run. Built by `load_settings()`, the only
     place that reads the environment; `build_registry()` hands the tool settings to iqa_tools."""
@@ -197,9 +203,8 @@ class Settings(BaseModel):
 
     @property
     def uses_model(self) -> bool:
-        """A model answers (the offline analyst only as its fallback): a model is configured and the backend
-        is not forced offline."""
-        return self.pipeline.backend != "offline" and self.backends.any_model
+        """A model answers (the offline analyst only as its fallback): see `uses_model()`."""
+        return uses_model(self.pipeline, self.backends)
 
     def build_registry(self, *, extra_tables: Iterable[Path] = (), device: Optional[str] = None,
                        weights_dir: Optional[Path] = None, cache: bool = True):
@@ -578,6 +583,6 @@ def load_settings(
         raise ConfigError(f"setting `{'.'.join(map(str, first['loc']))}`: {_msg(first)}") from None
     if "tools" in pipeline_overrides:
         sources["tools.device"] = "tools.device (argument)"
-    if pipeline.programs and not (pipeline.backend != "offline" and backends.any_model):
+    if pipeline.programs and not uses_model(pipeline, backends):
         _check_unused_programs(pipeline.programs, cdir, pipeline_data, pipeline_overrides)
     return Settings(backends=backends, pipeline=pipeline, config_dir=cdir, config_files=used, sources=sources)
