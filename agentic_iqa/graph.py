@@ -35,6 +35,10 @@ from signatures.models import GLOBAL, OVERALL, ExecutorOutput, PlannerOutput, Su
 
 log = logging.getLogger("agentic_iqa.graph")
 
+#: How a stage's fallback entry begins when the LM could not be reached and the offline analyst took over
+#: (the trace's `fallbacks` read "stage: LM unreachable (…); offline analyst answers"; optimizers.record reads it).
+LM_UNREACHABLE = "LM unreachable"
+
 
 def _offline(roles: Roles) -> Optional[Roles]:
     return getattr(roles, "offline", None)
@@ -63,7 +67,7 @@ def _stage(name: str, body: Callable, on_error: Callable) -> tuple[Callable, Cal
             if lm_unreachable(exc) and offline is not None and not unreachable:
                 first_line = redact((str(exc).strip().splitlines() or [""])[0])  # DSPy appends multi-line "To fix:" advice
                 update["lm_unreachable"] = f"{type(exc).__name__}: {clip_text(first_line)}"
-                ctx.trace.add(name, "fallback", f"LM unreachable ({update['lm_unreachable']}); offline analyst answers")
+                ctx.trace.add(name, "fallback", f"{LM_UNREACHABLE} ({update['lm_unreachable']}); offline analyst answers")
                 try:
                     out = yield from steps(body(state, ctx, offline))
                 except Exception as exc2:  # noqa: BLE001

@@ -18,6 +18,7 @@ hash) so a fixture folder stays usable when the original files move.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -34,9 +35,8 @@ from signatures.models import ExecutorOutput, PlannerOutput, normalize_level
 RECORDED = "recorded (the pipeline's own answer: review before training on it)"
 
 
-#: The trace stage whose answer each module's line records, and the order the stages run in.
+#: The trace stage (graph node) whose answer each module's line records.
 STAGE_OF = {"planner": "planner", "detect": "detect", "analyze": "analyze", "select": "select", "summarize": "summarizer"}
-STAGES = ("planner", "detect", "analyze", "select", "execute", "summarizer")
 
 
 class RecordError(ValueError):
@@ -71,26 +71,55 @@ def _read_trace(path: Path) -> dict[str, Any]:
     return data
 
 
+@functools.lru_cache(maxsize=1)
+def _stages_after() -> dict[str, frozenset[str]]:
+    """{stage: the stages that run after it}, read from the assessment graph's own nodes and edges (the
+    summarizer's conditional route back to the planner, a replan, aside). analyze and select run in parallel:
+    neither is after the other."""
+    from agentic_iqa.graph import build_graph
+
+    drawn = build_graph().get_graph()
+    following: dict[str, set[str]] = {}
+    for edge in drawn.edges:
+        if not edge.conditional:
+            following.setdefault(edge.source, set()).add(edge.target)
+    after: dict[str, frozenset[str]] = {}
+    for stage in drawn.nodes:
+        seen: set[str] = set()
+        todo = list(following.get(stage, ()))
+        while todo:
+            nxt = todo.pop()
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.extend(following.get(nxt, ()))
+        after[stage] = frozenset(seen)
+    return after
+
+
 def _fallbacks_by_module(data: dict[str, Any]) -> dict[str, str]:
     """{module: the fallback that answered instead of the model} from the trace's `fallbacks` ("stage: why →
-    instead"). Once the LM was unreachable, every later stage is the offline analyst's without an entry of its own."""
+    instead"): the stages with an entry, and, once the LM was unreachable at a stage, every stage that ran after
+    it (the offline analyst's, without an entry of its own). A stage running in parallel with the one that found
+    the LM unreachable (analyze ‖ select) asked the model itself: it has its own entry if the model failed it too."""
+    from agentic_iqa.graph import LM_UNREACHABLE
+
+    after = _stages_after()
     found: dict[str, str] = {}
+    unreachable_before: dict[str, str] = {}  # module -> the first stage before it that found the LM unreachable
     entries = data.get("fallbacks")
-    unreachable_from: Optional[int] = None
     for entry in entries if isinstance(entries, list) else []:
         stage, _, why = str(entry).partition(": ")
-        if stage not in STAGES:
+        if stage not in after:
             continue
         for module, module_stage in STAGE_OF.items():
             if module_stage == stage:
                 found.setdefault(module, why)
-        if "LM unreachable" in why and unreachable_from is None:
-            unreachable_from = STAGES.index(stage)
-    if unreachable_from is not None:
-        for module, stage in STAGE_OF.items():
-            if STAGES.index(stage) > unreachable_from:
-                found.setdefault(module, f"the LM was unreachable from the {STAGES[unreachable_from]} stage on "
-                                         "→ the offline analyst answered")
+        if why.startswith(LM_UNREACHABLE):
+            for module, module_stage in STAGE_OF.items():
+                if module_stage in after[stage]:
+                    unreachable_before.setdefault(module, stage)
+    for module, stage in unreachable_before.items():
+        found.setdefault(module, f"the LM was unreachable from the {stage} stage on → the offline analyst answered")
     return found
 
 

@@ -156,3 +156,24 @@ def test_stages_that_fell_back_are_not_recorded_as_the_models_answers(tmp_path, 
     res = runner.invoke(app, ["fixtures", "record", str(cut), "--out", str(out2)])
     assert res.exit_code == 0, res.output
     assert {p.name for p in out2.glob("*.jsonl")} == {"planner.jsonl"}, res.output
+
+
+@pytest.mark.parametrize("first, kept", [
+    ("analyze", {"planner.jsonl", "detect.jsonl", "select.jsonl"}),
+    ("select", {"planner.jsonl", "detect.jsonl", "analyze.jsonl"}),
+])
+def test_an_outage_seen_by_one_parallel_branch_keeps_the_other_branchs_answer(tmp_path, trace, first, kept):
+    """analyze and select run in parallel: an LM found unreachable at analyze left select on the model (it has no
+    fallback entry), yet select's line was skipped as the offline analyst's, since select came later in a list."""
+    path, _ = trace
+    data = json.loads(path.read_text())
+    data["fallbacks"] = [f"{first}: LM unreachable (LMTransportError: refused); offline analyst answers"]
+    cut = tmp_path / "cut.json"
+    cut.write_text(json.dumps(data))
+    out = tmp_path / "fx"
+    res = runner.invoke(app, ["fixtures", "record", str(cut), "--out", str(out)])
+    text = " ".join(res.output.split())
+    assert res.exit_code == 0, res.output
+    assert {p.name for p in out.glob("*.jsonl")} == kept, text
+    assert f"skipped {first}: the model did not give this answer (fallback: LM unreachable" in text, text
+    assert f"skipped summarize: the model did not give this answer (fallback: the LM was unreachable from the {first} stage on" in text, text
