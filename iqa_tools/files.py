@@ -15,8 +15,14 @@ MAX_IMAGE_FILE_BYTES = 1 << 30  # 1 GiB: a 90 MP 16-bit PNG is ~0.5 GB; the pixe
 MAX_TOOL_FILE_BYTES = 1 << 20  # 1 MiB: the bundled tools.yaml is ~20 KB
 
 
+class FileTooLarge(ValueError):
+    """`read_regular_file`'s refusal of a file over its byte cap (a ValueError like its other refusals), so a
+    caller can add advice for that case without reading the message."""
+
+
 def read_regular_file(path: Path | str, label: str, max_bytes: int, what: str = "file") -> bytes:
-    """The bytes of `path`; OSError-free: raises ValueError(message) naming `label` and what to do."""
+    """The bytes of `path`; OSError-free: raises ValueError(message) naming `label` and what to do
+    (FileTooLarge, a ValueError, when the file is over `max_bytes`)."""
     path = Path(path).expanduser()
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
@@ -38,7 +44,7 @@ def read_regular_file(path: Path | str, label: str, max_bytes: int, what: str = 
             kind = "a FIFO (named pipe)" if stat.S_ISFIFO(info.st_mode) else "a device" if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode) else "a socket" if stat.S_ISSOCK(info.st_mode) else "not a regular file"
             raise ValueError(f"{label}: is {kind}, not a regular file; save it to a regular file and pass that")
         if info.st_size > max_bytes:
-            raise ValueError(f"{label}: {info.st_size:,} bytes exceeds the {max_bytes:,}-byte limit for {what}")
+            raise FileTooLarge(f"{label}: {info.st_size:,} bytes exceeds the {max_bytes:,}-byte limit for {what}")
         chunks, total = [], 0
         while True:
             chunk = os.read(fd, min(1 << 24, max_bytes + 1 - total))
@@ -47,7 +53,7 @@ def read_regular_file(path: Path | str, label: str, max_bytes: int, what: str = 
             chunks.append(chunk)
             total += len(chunk)
             if total > max_bytes:
-                raise ValueError(f"{label}: grew beyond the {max_bytes:,}-byte limit for {what} while being read")
+                raise FileTooLarge(f"{label}: grew beyond the {max_bytes:,}-byte limit for {what} while being read")
         return b"".join(chunks)
     except OSError as exc:
         raise ValueError(f"{label}: cannot be read ({exc.strerror or exc})") from None

@@ -300,7 +300,7 @@ def load_fixture_file(
     that do not exist or do not decode within `max_pixels`). Blank lines and lines starting with '#'
     are skipped. Only a regular file of at most MAX_FIXTURE_BYTES is read.
     """
-    from iqa_tools.files import read_regular_file
+    from iqa_tools.files import FileTooLarge, read_regular_file
 
     if module not in LINE_MODELS:
         raise FixtureError(f"unknown module {module!r}; use one of {sorted(LINE_MODELS)}")
@@ -314,7 +314,7 @@ def load_fixture_file(
         raise FixtureError(f"fixture file {path}: not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
     except ValueError as exc:  # not a regular file, too big, unreadable: read_regular_file's one line
         hint = ("; split it (compile uses every line: a few hundred are plenty for few-shot demos)"
-                if "limit" in str(exc) else "")
+                if isinstance(exc, FileTooLarge) else "")
         raise FixtureError(f"{exc}{hint}") from None
     model = LINE_MODELS[module]
     lines: list[AnyLine] = []
