@@ -131,6 +131,21 @@ def jpeg_bytes(arr: np.ndarray, quality: int = 80) -> bytes:
     return buf.getvalue()
 
 
+def png_claiming(path: Path, width: int, height: int) -> Path:
+    """A tiny PNG whose IHDR claims `width`×`height` (CRC fixed): a huge header without a huge file."""
+    import struct
+    import zlib
+
+    buf = io.BytesIO()
+    Image.new("RGB", (4, 4), (90, 120, 150)).save(buf, format="PNG")
+    data = bytearray(buf.getvalue())
+    assert data[12:16] == b"IHDR"
+    data[16:24] = struct.pack(">II", width, height)
+    data[29:33] = struct.pack(">I", zlib.crc32(bytes(data[12:29])))
+    path.write_bytes(bytes(data))
+    return path
+
+
 # ── the README table: run the real CLI on every row ─────────────────────────────────────────────
 
 

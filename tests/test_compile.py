@@ -11,6 +11,7 @@ import dspy
 import pytest
 from typer.testing import CliRunner
 
+from bad_inputs import png_claiming
 from canned import CannedVLM, disable_dspy_cache, valid_reply
 from fake_openai import FakeOpenAIServer, route_of, scripted
 
@@ -404,19 +405,8 @@ def test_cli_compile_with_an_unreachable_server_is_one_clear_line(tmp_path):
 
 def test_cli_compile_with_a_bad_fixture_image_names_the_file_line_and_image(tmp_path):
     # Before: "error: compile failed: DecompressionBombError …", exit 1, naming neither the file nor the line.
-    import io
-    import struct
-    import zlib
-
-    from PIL import Image
-
     line = json.loads((FIXTURE_DIR / "detect.jsonl").read_text().splitlines()[-1])
-    buf = io.BytesIO()
-    Image.new("RGB", (4, 4)).save(buf, format="PNG")
-    data = bytearray(buf.getvalue())
-    data[16:24] = struct.pack(">II", 60000, 60000)
-    data[29:33] = struct.pack(">I", zlib.crc32(bytes(data[12:29])))
-    (tmp_path / "bomb.png").write_bytes(bytes(data))
+    png_claiming(tmp_path / "bomb.png", 60000, 60000)
     trainset = tmp_path / "detect.jsonl"
     trainset.write_text(json.dumps(line | {"image": "bomb.png"}) + "\n")
     res = runner.invoke(app, ["compile", "-m", "detect", "--lm", "demo", "--trainset", str(trainset),

@@ -7,6 +7,8 @@ from collections import Counter
 import pytest
 from PIL import Image
 
+from bad_inputs import png_claiming
+
 from agentic_iqa.agents.planner_rules import rule_decision
 from agentic_iqa.bench.manifest import KNOWN_TYPES
 from optimizers.fixtures import FIXTURE_DIR, FixtureError, default_catalog, load_dataset, load_fixture_file
@@ -160,21 +162,6 @@ def test_missing_images_and_wrong_acceptable_tools_are_refused(tmp_path):
         load_fixture_file("select", tmp_path / "select.jsonl")
 
 
-def _png_claiming(path, width: int, height: int):
-    """A tiny PNG whose IHDR claims `width`×`height` (CRC fixed): a huge header without a huge file."""
-    import io
-    import struct
-    import zlib
-
-    buf = io.BytesIO()
-    Image.new("RGB", (4, 4), (90, 120, 150)).save(buf, format="PNG")
-    data = bytearray(buf.getvalue())
-    data[16:24] = struct.pack(">II", width, height)
-    data[29:33] = struct.pack(">I", zlib.crc32(bytes(data[12:29])))
-    path.write_bytes(bytes(data))
-    return path
-
-
 def _detect_lines_with_images(tmp_path, *images):
     line = json.loads((FIXTURE_DIR / "detect.jsonl").read_text().splitlines()[-1])
     rows = [json.dumps(line | {"id": f"d{i}", "image": str(FIXTURE_DIR / line["image"]) if img is None else img})
@@ -187,7 +174,7 @@ def _detect_lines_with_images(tmp_path, *images):
 def test_images_that_cannot_be_sent_are_refused_with_their_line(tmp_path):
     """A 60000×60000 header failed the compile with "compile failed: DecompressionBombError" (exit 1), naming
     neither the file nor the line; a truncated PNG was accepted as a fixture without a word."""
-    _png_claiming(tmp_path / "bomb.png", 60000, 60000)
+    png_claiming(tmp_path / "bomb.png", 60000, 60000)
     good = FIXTURE_DIR / json.loads((FIXTURE_DIR / "detect.jsonl").read_text().splitlines()[-1])["image"]
     (tmp_path / "cut.png").write_bytes(good.read_bytes()[: good.stat().st_size // 2])
     path = _detect_lines_with_images(tmp_path, None, "bomb.png", "cut.png")
