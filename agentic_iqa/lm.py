@@ -460,11 +460,17 @@ def _within(seconds: float, fn, *args: Any, **kwargs: Any) -> Any:
 _LM15_TIMEOUT_ADVICE = "; this is lm15's read timeout"
 
 
+def _is_read_timeout(exc: BaseException) -> bool:
+    """DSPy's read timeout (no bytes from the server within the request's timeout), which carries lm15's advice."""
+    message = getattr(exc, "message", None)
+    return isinstance(message, str) and _LM15_TIMEOUT_ADVICE in message
+
+
 def _in_our_terms(exc: BaseException) -> BaseException:
     """`exc`, or for a read timeout a copy of it (same type and metadata) whose advice names our settings."""
-    message = getattr(exc, "message", None)
-    if not isinstance(message, str) or _LM15_TIMEOUT_ADVICE not in message:
+    if not _is_read_timeout(exc):
         return exc
+    message = exc.message  # type: ignore[attr-defined]
     head = message.split(_LM15_TIMEOUT_ADVICE)[0]
     try:
         return type(exc)(
@@ -541,7 +547,7 @@ def _budgeted_lm_class() -> type:
             if kind is not None:
                 raise self._not_an_api(kind) from None
             if attempt >= self._retries or not is_retryable_lm_error(exc):
-                if seen.cut_by_budget and _in_our_terms(exc) is not exc:
+                if seen.cut_by_budget and _is_read_timeout(exc):
                     # A read timeout shortened to the budget's remainder: the budget ran out, not the per-request
                     # timeout ("no bytes for 16s (the per-request timeout)" after 299 s with timeout 120).
                     raise self._exhausted(attempt + 1, "the budget ran out during a request") from exc

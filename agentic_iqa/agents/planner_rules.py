@@ -61,7 +61,8 @@ _NOT_REGIONS = {
 } | {w for pat, _ in _DISTORTION_WORDS for w in re.findall(r"[a-z]+", pat)}
 
 _REGION = re.compile(r"\b(?:the|this|that|his|her|their|its|my|our)\s+([a-z][a-z\-]*)(?:'s\s+([a-z][a-z\-]*))?", re.I)
-# Words right after a determiner that are not objects (verbs, adjectives, prepositions, adverbs).
+# Words right after a determiner that are not objects (verbs, prepositions, adverbs, position words; quality and
+# colour adjectives are in _ADJECTIVES, which may start a region: "the white car").
 _NOT_OBJECTS = {
     "is", "are", "a", "an", "any", "this", "that", "there", "with", "look", "looks", "same", "very", "more",
     "less", "left", "right", "top", "bottom", "first", "second", "other", "given", "above", "below", "way",

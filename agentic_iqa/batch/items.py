@@ -273,7 +273,7 @@ def _abs(path: str) -> str:
     return os.path.normpath(os.path.abspath(os.path.expanduser(path)))
 
 
-def _digest(*parts: Any) -> str:
+def digest(*parts: Any) -> str:
     return hashlib.sha256(json.dumps(parts, ensure_ascii=False).encode("utf-8", "surrogateescape")).hexdigest()
 
 
@@ -303,7 +303,7 @@ def identify_item(index: int, item: BatchItem, settings: Settings, fingerprint: 
     query, _ = prepare_query(item.query, settings.pipeline.max_query_chars)
     image = _abs(item.image)
     reference = _abs(item.reference) if item.reference else None
-    identity = _digest(RESULTS_FORMAT, image, reference, query, item.mode, item.id, fingerprint)
+    identity = digest(RESULTS_FORMAT, image, reference, query, item.mode, item.id, fingerprint)
     return PreparedItem(index, item, query, None, None, identity, "", hashed=False)
 
 
@@ -315,7 +315,7 @@ def prepare_item(index: int, item: BatchItem, settings: Settings, fingerprint: s
     reference = _abs(item.reference) if item.reference else None
     image_sha = None if item.problem else _sha256_file(Path(image))
     ref_sha = None if (item.problem or reference is None) else _sha256_file(Path(reference))
-    return PreparedItem(index, item, prep.query, image_sha, ref_sha, prep.identity, _digest(prep.identity, image_sha, ref_sha))
+    return PreparedItem(index, item, prep.query, image_sha, ref_sha, prep.identity, digest(prep.identity, image_sha, ref_sha))
 
 
 def is_done(prep: PreparedItem, done_keys: Iterable[str]) -> bool:

@@ -81,9 +81,9 @@ def manifest_problem_record(problem: str, fingerprint: str = "") -> dict:
     """The results line of a manifest row that could not be read (bad JSON, a missing field): the file
     accounts for every row, as the README promises. Keyed by the problem's text (it names the line), so
     a resume neither repeats it nor keeps it once the row is fixed (`manifest_row` marks these lines)."""
-    from agentic_iqa.batch.items import _digest
+    from agentic_iqa.batch.items import digest
 
-    key = _digest("manifest problem", problem)
+    key = digest("manifest problem", problem)
     return redact_data({
         "key": key, "identity": key, "status": "failed", "id": None, "image": None, "reference": None,
         "query": None, "mode": None, "answer": None, "level": None, "score": None, "backend": None,

@@ -98,8 +98,9 @@ class OfflineRoles:
             from agentic_iqa.offline.stats import measure
 
             ref_stats, image_stats = _reference_stats(ref_hash, reference), measure(image)
-            image_q, ref_q = (severity.no_reference_quality(s) for s in (image_stats, ref_stats))
-            if ref_q <= image_q - SWAPPED_MARGIN:
+            swapped = looks_swapped(image_stats, ref_stats)
+            if swapped:
+                image_q, ref_q = swapped
                 worst = severity.ranked(severity.analyze_stats(ref_stats))[0]
                 ctx.trace.add("analyze", "note", (
                     f"the reference itself measures worse than the image when each is judged alone (quality "
@@ -247,6 +248,15 @@ SAME_SCENE_MIN = 0.25
 # of the two: a note, never a change of the verdict. No-reference levels of clean photos spread about a level
 # (benchmarks/RESULTS.md: 7.6 % of held-out clean photos read below 3.5), so a smaller gap would flag clean pairs.
 SWAPPED_MARGIN = 1.0
+
+
+def looks_swapped(image_stats: dict, reference_stats: dict) -> Optional[tuple[float, float]]:
+    """(the image's, the reference's no-reference quality) when the reference, judged alone, measures
+    ``SWAPPED_MARGIN`` or more below the image (the pair looks swapped), else None."""
+    from agentic_iqa.offline import severity
+
+    image_q, ref_q = severity.no_reference_quality(image_stats), severity.no_reference_quality(reference_stats)
+    return (image_q, ref_q) if ref_q <= image_q - SWAPPED_MARGIN else None
 
 
 def scene_similarity(image, reference) -> float:

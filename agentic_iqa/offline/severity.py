@@ -863,14 +863,15 @@ def _explain(det: Detector, mode: str, fit: dict, s: dict, level: float) -> str:
         basis = f"{name} {_num(value)} (an unchanged copy gives {_num(mid)})"
     else:
         basis = f"{name} {_num(value)}; clean training photos measure {_num(lo)} to {_num(hi)}"
+    side = "below" if value < lo else "above"
+    worst = fit.get("by_level", {}).get("5")
+    # Past the clean range on the side away from the damage: less of it than clean photos show.
+    away = mode == "nr" and worst is not None and (value - mid) * (worst - mid) < 0 and not lo <= value <= hi
     if verdict == "none":
+        if away:  # "outside" read like a warning
+            return (f"No {det.label} measured: {name} {_num(value)}, {side} even what clean training photos "
+                    f"measure ({_num(lo)} to {_num(hi)}).")
         if mode == "nr" and not lo <= value <= hi:
-            side = "below" if value < lo else "above"
-            worst = fit.get("by_level", {}).get("5")
-            if worst is not None and (value - mid) * (worst - mid) < 0:
-                # Past the clean range on the side away from the damage ("outside" read like a warning).
-                return (f"No {det.label} measured: {name} {_num(value)}, {side} even what clean training photos "
-                        f"measure ({_num(lo)} to {_num(hi)}).")
             return (f"No {det.label} judged from the combined measures; {name} {_num(value)} alone is {side} "
                     f"what clean training photos measure ({_num(lo)} to {_num(hi)}).")
         return f"No {det.label} measured: {basis}."
@@ -878,11 +879,7 @@ def _explain(det: Detector, mode: str, fit: dict, s: dict, level: float) -> str:
         # The call rests on the detector's other measures; the quoted one is not itself damage.
         return (f"{verdict.capitalize()} {det.label} suggested by the combined measures; {name} {_num(value)} "
                 f"is itself within what clean training photos measure ({_num(lo)} to {_num(hi)}).")
-    worst = fit.get("by_level", {}).get("5")
-    if mode == "nr" and worst is not None and (value - mid) * (worst - mid) < 0:
-        # Past the clean range on the side away from the damage ("Slight JPEG blocking: grid ratio 1.01; clean
-        # training photos measure 1.02 to 1.11" read as if the value were the damage).
-        side = "below" if value < lo else "above"
+    if away:  # "Slight JPEG blocking: grid ratio 1.01; clean training photos measure 1.02 to 1.11" read as the damage
         return (f"{verdict.capitalize()} {det.label} suggested by the combined measures; {name} {_num(value)} "
                 f"itself is {side} what clean training photos measure ({_num(lo)} to {_num(hi)}), away from this "
                 "damage.")
