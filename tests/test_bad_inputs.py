@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from bad_inputs import DROP_DAC, LONG_QUERY, Case, build
+from bad_inputs import DROP_DAC, LONG_QUERY, Case, build, png_claiming
 
 from agentic_iqa.cli import app
 from agentic_iqa.cli.common import EXIT_BAD_INPUT, EXIT_OK, EXIT_PARTIAL
@@ -166,34 +166,16 @@ def test_decompression_bomb_is_refused_before_decoding(cases):
     assert "decompression-bomb guard" in msg and "max_image_pixels" in msg
 
 
-def _png_claiming(path: Path, width: int, height: int) -> Path:
-    """A tiny PNG whose IHDR claims `width`×`height` (CRC fixed): a huge header without a huge file."""
-    import io
-    import struct
-    import zlib
-
-    from PIL import Image
-
-    buf = io.BytesIO()
-    Image.new("RGB", (4, 4), (90, 120, 150)).save(buf, format="PNG")
-    data = bytearray(buf.getvalue())
-    assert data[12:16] == b"IHDR"
-    data[16:24] = struct.pack(">II", width, height)
-    data[29:33] = struct.pack(">I", zlib.crc32(bytes(data[12:29])))
-    path.write_bytes(bytes(data))
-    return path
-
-
 def test_a_header_beyond_pillows_own_limit_gets_the_same_message(tmp_path):
     """Pillow refuses headers above 2 × its MAX_IMAGE_PIXELS (~179 M) inside Image.open, before our guard:
     a 60000×60000 header showed Pillow's "could be decompression bomb DOS attack" text, with no fix."""
-    huge = _png_claiming(tmp_path / "huge.png", 60000, 60000)
+    huge = png_claiming(tmp_path / "huge.png", 60000, 60000)
     r = cli(str(huge))
     assert r.exit_code == EXIT_BAD_INPUT, r.output
     msg = " ".join(r.stderr.split())
     assert "huge.png: 60000×60000 = 3,600,000,000 pixels exceeds the limit of 100,000,000" in msg
     assert "decompression-bomb guard" in msg and "max_image_pixels" in msg and "DOS attack" not in msg
-    wide = _png_claiming(tmp_path / "wide.png", 400_000_000, 1)
+    wide = png_claiming(tmp_path / "wide.png", 400_000_000, 1)
     assert "400000000×1 = 400,000,000 pixels exceeds the limit" in " ".join(cli(str(wide)).stderr.split())
 
 
