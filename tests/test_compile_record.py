@@ -125,19 +125,23 @@ def test_record_into_a_file_instead_of_a_folder_is_one_line(tmp_path, trace):
     assert notes.read_text() == "mine"
 
 
+def _record_with_fallbacks(tmp_path, data: dict, name: str, fallbacks: list[str]):
+    """`fixtures record` of the trace `data` with these fallback lines: (the trace file, the output folder, the result)."""
+    path, out = tmp_path / f"{name}.json", tmp_path / f"fx-{name}"
+    path.write_text(json.dumps({**data, "fallbacks": fallbacks}))
+    return path, out, runner.invoke(app, ["fixtures", "record", str(path), "--out", str(out)])
+
+
 def test_stages_that_fell_back_are_not_recorded_as_the_models_answers(tmp_path, trace):
     """A trace where every stage fell back was recorded whole: the rule-based plan and the analyst's summary,
     with meta.backend "vlm (…)" and no word of the fallback, to be trained on as the model's answers."""
     path, _ = trace
     data = json.loads(path.read_text())
     assert data["backend"].startswith("vlm")
-    data["fallbacks"] = ["planner: model reply rejected 4× (invalid JSON) → rule-based plan",
-                         "select: model reply rejected 4× (unknown tool 'X') → generic tools (PIQE)",
-                         "summarizer: model reply rejected 4× (invalid JSON) → offline analyst summarized the evidence"]
-    fell = tmp_path / "fell.json"
-    fell.write_text(json.dumps(data))
-    out = tmp_path / "fx"
-    res = runner.invoke(app, ["fixtures", "record", str(fell), "--out", str(out)])
+    fell, out, res = _record_with_fallbacks(tmp_path, data, "fell", [
+        "planner: model reply rejected 4× (invalid JSON) → rule-based plan",
+        "select: model reply rejected 4× (unknown tool 'X') → generic tools (PIQE)",
+        "summarizer: model reply rejected 4× (invalid JSON) → offline analyst summarized the evidence"])
     text = " ".join(res.output.split())
     assert res.exit_code == 0, res.output
     assert "skipped planner: the model did not give this answer (fallback: model reply rejected 4× (invalid JSON) → rule-based plan)" in text, text
@@ -149,11 +153,8 @@ def test_stages_that_fell_back_are_not_recorded_as_the_models_answers(tmp_path, 
     assert line.label_source == "user" and "offline analyst" in line.meta["fallback"]
     assert "warning:" in res.output and "quality_reasoning" in res.output
     # The LM unreachable from detect on: every later stage is the offline analyst's (one fallback entry only).
-    data["fallbacks"] = ["detect: LM unreachable (LMTransportError: refused); offline analyst answers"]
-    cut = tmp_path / "cut.json"
-    cut.write_text(json.dumps(data))
-    out2 = tmp_path / "fx2"
-    res = runner.invoke(app, ["fixtures", "record", str(cut), "--out", str(out2)])
+    _, out2, res = _record_with_fallbacks(
+        tmp_path, data, "cut", ["detect: LM unreachable (LMTransportError: refused); offline analyst answers"])
     assert res.exit_code == 0, res.output
     assert {p.name for p in out2.glob("*.jsonl")} == {"planner.jsonl"}, res.output
 
@@ -167,11 +168,8 @@ def test_an_outage_seen_by_one_parallel_branch_keeps_the_other_branchs_answer(tm
     fallback entry), yet select's line was skipped as the offline analyst's, since select came later in a list."""
     path, _ = trace
     data = json.loads(path.read_text())
-    data["fallbacks"] = [f"{first}: LM unreachable (LMTransportError: refused); offline analyst answers"]
-    cut = tmp_path / "cut.json"
-    cut.write_text(json.dumps(data))
-    out = tmp_path / "fx"
-    res = runner.invoke(app, ["fixtures", "record", str(cut), "--out", str(out)])
+    _, out, res = _record_with_fallbacks(
+        tmp_path, data, "cut", [f"{first}: LM unreachable (LMTransportError: refused); offline analyst answers"])
     text = " ".join(res.output.split())
     assert res.exit_code == 0, res.output
     assert {p.name for p in out.glob("*.jsonl")} == kept, text

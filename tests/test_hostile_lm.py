@@ -119,17 +119,20 @@ def test_a_server_trickling_its_reply_cannot_outlast_the_budget():
     assert lm_unreachable(err)
 
 
+def _late_server_errors(**settings) -> list:
+    """The errors of one sync and one async call, with these LM settings, to a server that answers after 3 s."""
+    import asyncio
+
+    with FakeOpenAIServer(lambda body: Reply(content="late", delay=3.0)) as srv:
+        lm = lm_for(srv, **settings)
+        return [call_bounded(lambda: lm("hello"))[1], call_bounded(lambda: asyncio.run(lm.acall("hello")))[1]]
+
+
 def test_a_last_request_cut_to_the_budget_reports_the_budget_not_the_read_timeout():
     # With timeout 120 and call_budget 300, a silent server ended after 299 s with "no bytes for 16s (the per-request
     # timeout)": the last request's read timeout had been cut to what the budget had left. Here: 1 s, a 1 s backoff,
     # then 0.5 s.
-    import asyncio
-
-    with FakeOpenAIServer(lambda body: Reply(content="late", delay=3.0)) as srv:
-        lm = lm_for(srv, timeout=1.0, num_retries=1, call_budget=2.9)
-        _, err = call_bounded(lambda: lm("hello"))
-        _, aerr = call_bounded(lambda: asyncio.run(lm.acall("hello")))
-    for e in (err, aerr):
+    for e in _late_server_errors(timeout=1.0, num_retries=1, call_budget=2.9):
         assert type(e).__name__ == "LMBudgetExceeded", e
         assert "call budget of 2.9 s (2 request(s)" in str(e) and "per-request timeout" not in str(e), e
         assert lm_unreachable(e)
@@ -138,13 +141,7 @@ def test_a_last_request_cut_to_the_budget_reports_the_budget_not_the_read_timeou
 def test_a_read_timeout_names_the_setting_to_raise():
     # DSPy's read-timeout message advised "raise it with Timeouts(read=...)", an API no user of ours
     # sees; `compile` printed it as is. It now names our settings, and stays a transport failure.
-    import asyncio
-
-    with FakeOpenAIServer(lambda body: Reply(content="late", delay=3.0)) as srv:
-        lm = lm_for(srv, timeout=0.25, num_retries=0, call_budget=30)
-        _, err = call_bounded(lambda: lm("hello"))
-        _, aerr = call_bounded(lambda: asyncio.run(lm.acall("hello")))
-    for e in (err, aerr):
+    for e in _late_server_errors(timeout=0.25, num_retries=0, call_budget=30):
         assert type(e).__name__ == "LMTransportError", e
         assert "Timeouts(read" not in str(e) and "lm15" not in str(e), e
         assert "raise timeout" in str(e) and "configs/model_backends.yaml" in str(e), e
