@@ -987,14 +987,17 @@ def _answer_with_reference(query: str, analyses: dict) -> str:
 
 @pytest.mark.parametrize("query,answers", [
     # Every one of these was answered A on the damaged images, whatever A said.
-    ("Which image is better? A. The distorted image B. The reference image", {"blurred": "B", "jpeg": "B", "same": "A"}),
+    # On an unchanged pair with no "same" option neither letter is right: the measurement, no letter (it was A).
+    ("Which image is better? A. The distorted image B. The reference image", {"blurred": "B", "jpeg": "B", "same": "They measure the same: no distortion measured against the reference (no option says so)."}),
     ("Which image is better? A. The reference B. The distorted one C. They are equal", {"blurred": "A", "same": "C"}),
-    ("Which image is worse? A. The reference B. The test image", {"jpeg": "B", "same": "A"}),
+    ("Which image is worse? A. The reference B. The test image", {"jpeg": "B", "same": "They measure the same: no distortion measured against the reference (no option says so)."}),
     # The worst severity sets the amount: none → None, slight/moderate → a little, severe/extreme → a lot.
     ("How much quality was lost compared to the reference? A. None B. A little C. A lot",
      {"blurred": "C", "jpeg": "C", "same": "A"}),
     ("How much quality was lost compared to the reference? A. A lot B. None C. A little", {"jpeg": "A", "same": "B"}),
     ("How much worse is it than the original? A. Not at all B. Slightly C. Significantly", {"blurred": "C", "same": "A"}),
+    # With a reference given, a question about what was lost or changed need not name it.
+    ("How much quality was lost? A. None B. A little C. A lot", {"blurred": "C", "jpeg": "C", "same": "A"}),
     ("Is this image better than the reference? A. Yes B. No", {"blurred": "B", "jpeg": "B", "same": "B"}),
     ("Is the reference better than this image? A. Yes B. No", {"blurred": "A", "jpeg": "A", "same": "B"}),
     ("Is the image worse than the reference? A. Yes B. No", {"jpeg": "A", "same": "B"}),
@@ -1012,6 +1015,8 @@ def test_which_image_is_better_says_the_reference_and_why(against_reference):
                         r"against it\.", blurred), blurred
     assert _answer_with_reference("Which image is better?", against_reference["same"]) == (
         "They measure the same: no distortion measured against the reference.")
+    assert _answer_with_reference("What changed?", against_reference["blurred"]).startswith(
+        "Compared with the reference the image shows blur (")
     lost = _answer_with_reference("How much quality was lost compared to the reference?", against_reference["jpeg"])
     assert lost.startswith("A lot — compared with the reference the image shows JPEG blocking ("), lost
     # Without a reference these are not read as comparisons with one.

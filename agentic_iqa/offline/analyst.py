@@ -594,7 +594,11 @@ def _against_reference(query: str, plan: PlannerOutput) -> Optional[tuple[str, b
     reference: "Is the reference better than this image?") for a question comparing the image with its reference, else
     None."""
     question = question_part(query)
-    if plan.reference_mode != "Full-Reference" or not (_REFERENCE_NAMED.search(query) or _WHICH_IMAGE.search(question)):
+    if plan.reference_mode != "Full-Reference":
+        return None
+    # With a reference given, "What changed?" and "How much quality was lost?" ask about the pair without naming it;
+    # "better", "worse" and "same" need the reference (or "which image") named, as "Is it better?" may ask another thing.
+    if not (_REFERENCE_NAMED.search(query) or _WHICH_IMAGE.search(question) or _CHANGE_ASKED.search(question)):
         return None
     if _CONTENT_WH.match(question):  # "Which animal differs from the original?": content, not quality
         return None
@@ -608,6 +612,7 @@ def _against_reference(query: str, plan: PlannerOutput) -> Optional[tuple[str, b
     return None
 
 
+_CHANGE_ASKED = re.compile(r"^\s*(?:what|how\s+(?:much|far))\b.*\b(?:chang\w*|lost|loss|differ\w*|altered|degraded)\b", re.I)
 # "What object …", "Which animal …": a wh-question about a thing in the picture, not about the picture or its quality.
 _CONTENT_WH = re.compile(r"^\s*(?:what|which)\s+(?!(?:image|photo|picture|one|version|copy|quality|distortions?|"
                          r"changes?|differences?|damage|is|are|was|were|has|have|had|did|does|do|changed|differs?)\b)"
@@ -663,8 +668,9 @@ def _answer_against_reference(query: str, kind: str, about_reference: bool, anal
         if kind in ("better", "worse") and all(sides.values()):
             # Something lost: the reference is the better one, the image the worse. Else the equal option, or, without
             # one, the option that does not say the image lost quality.
-            wanted = ([("reference" if kind == "better" else "image")] if found
-                      else ["equal", "image" if kind == "better" else "reference"])
+            if not found and "equal" not in sides.values():  # neither option is right: no letter, the measurement
+                return f"They measure the same: {detail} (no option says so)."
+            wanted = ["reference" if kind == "better" else "image"] if found else ["equal"]
             return next((k for side in wanted for k, v in sides.items() if v == side), None)
         graded = {k: g for k, v in texts.items() if (g := _option_grade(v)) is not None}
         if kind in ("changed", "worse") and len(graded) >= 2:  # "A. None B. A little C. A lot", in any order
