@@ -154,3 +154,12 @@ def test_clive_converter_refuses_what_is_not_the_release(tmp_path, names, mos, m
         clive_to_manifest(root)
     with pytest.raises(ValueError, match="not a folder"):
         clive_to_manifest(root / "Data" / "AllMOS_release.mat")
+
+
+def test_a_row_with_several_problems_names_each(folder):
+    # {"image": 42} said only "id: Field required" (a batch row without an id is named by its image), not that the
+    # image itself was no path.
+    path = folder / "m.jsonl"
+    path.write_text(json.dumps({"image": 42}) + "\n")
+    _, (problem,) = read_manifest(path, require_target=False)
+    assert str(problem) == "line 1: id: Field required; image: Input should be a valid string", str(problem)

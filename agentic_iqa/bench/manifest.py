@@ -150,11 +150,16 @@ class ManifestProblem:
         return f"line {self.line}{who}: {self.message}"
 
 
-def _first_error(exc: ValidationError) -> str:
-    err = exc.errors()[0]
-    where = ".".join(str(p) for p in err["loc"])
-    msg = err["msg"].removeprefix("Value error, ")
-    return f"{where}: {msg}" if where else msg
+def _errors_text(exc: ValidationError, most: int = 3) -> str:
+    """Every problem of a row (up to `most`), field first: `{"image": 42}` said only "id: Field required", since a row
+    with no id is named by its image, and left the image's own problem unsaid."""
+    parts = []
+    for err in exc.errors()[:most]:
+        where = ".".join(str(p) for p in err["loc"])
+        msg = err["msg"].removeprefix("Value error, ")
+        parts.append(f"{where}: {msg}" if where else msg)
+    more = len(exc.errors()) - most
+    return "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
 
 
 MAX_MANIFEST_BYTES = 256 << 20  # 256 MiB: about a million rows
@@ -204,7 +209,7 @@ def read_manifest(path: str | Path, check_files: bool = True, require_target: bo
         try:
             row = ManifestRow.model_validate(data, context={"require_target": require_target})
         except ValidationError as exc:
-            problems.append(ManifestProblem(lineno, _first_error(exc), row_id))
+            problems.append(ManifestProblem(lineno, _errors_text(exc), row_id))
             continue
         row._base = base
         problem = None if allow_outside else "; ".join(
