@@ -944,7 +944,7 @@ def test_white_balance_and_good_enough_are_whole_image_answers(tmp_path, astrona
     # print?" said it "measured the whole image, not the good alone".
     import agentic_iqa
 
-    for query, start in (("Is the white balance off?", "No — color distortions: none"),
+    for query, start in (("Is the white balance off?", "No — colour distortions: none"),
                          ("Is this good enough to print?", "Yes — quality ")):
         r = agentic_iqa.assess(astronaut, query, config=tmp_path, backend="offline", use_cache=False)
         assert r.answer.startswith(start), (query, r.answer)

@@ -869,5 +869,7 @@ def _severity(analyses: dict, category: str, query: str) -> str:
 
 
 def _name(category: str, query: str) -> str:
+    """What a yes/no answer calls the damage asked about: the asked detector's name, else the category's in the
+    answers' British spelling ("Color distortions" is the spec's key, "colour banding" the detector's words)."""
     meant = asked_detectors(category, query)
-    return meant[1] if meant else category
+    return meant[1] if meant else category.replace("Color", "Colour")
