@@ -531,7 +531,7 @@ def read_shards(out_dir: Path, *, repair: bool = False, notes: Optional[list] = 
     return records
 
 
-_KEEP = ("key", "identity", "status", "image", "score", "degraded", "error", "error_type")
+_KEEP = ("key", "identity", "status", "image", "score", "degraded", "error", "error_type", "manifest_row")
 
 
 def _read_json_shard(path: Path, repair: bool, notes: Optional[list]) -> list[dict]:
@@ -564,7 +564,8 @@ def _read_parquet_shard(path: Path, repair: bool, notes: Optional[list]) -> list
     import pyarrow.parquet as pq
 
     try:
-        table = pq.read_table(path, columns=[c for c in _KEEP if c != "image"] + ["image"])
+        names = set(pq.read_schema(path).names)  # `manifest_row` is only in the shards of unusable manifest rows
+        table = pq.read_table(path, columns=[c for c in _KEEP if c != "image" and c in names] + ["image"])
     except Exception as exc:  # noqa: BLE001 - a truncated shard from an interrupted write
         if not repair:
             return []
@@ -666,8 +667,13 @@ def run_cli_batch(
     # millions); each worker hashes its items and skips those whose key an earlier ok row holds.
     to_run, replace = b.plan_batch(items, settings=settings, fingerprint=fingerprint, hash_contents=False,
                                    state=b.ResumeState(records=records), summary=summary, retry_failed=retry_failed)
-    if replace:  # failures being retried (by identity: no content needed)
-        summary.replaced_lines = _drop_rows(out_dir, replace)
+    # Unusable manifest rows are failed rows too, as in a local results file: written once across resumes, in
+    # a shard of their own, and dropped once the row is fixed.
+    new_problems, stale_problems = b.results.manifest_problem_lines(problems, fingerprint, records)
+    if replace or stale_problems:  # failures being retried, fixed manifest rows (by identity: no content needed)
+        summary.replaced_lines = _drop_rows(out_dir, replace | stale_problems)
+    if new_problems:
+        _write_problem_shard(out_dir, fmt, new_problems)
     before = {p.name for p in shard_files(out_dir)}
     had_rows = {r.get("identity") for r in records} - replace
     state: dict = {"stopped": None, "counts": {}}
@@ -794,6 +800,32 @@ def _restore_ray_data(saved: tuple) -> None:
     DataContext.get_current().enable_progress_bars = saved[0]
     for name, level in saved[1].items():
         logging.getLogger(name).setLevel(level)
+
+
+#: Input columns of a shard row (those `item_rows` gives, less `done_keys`, which the workers drop).
+_ROW_COLUMNS = ("image", "query", "reference", "mode", "id", "problem", "meta")
+
+
+def _write_problem_shard(out_dir: Path, fmt: str, records: list[dict]) -> None:
+    """A shard of unusable manifest rows (`manifest_problem_lines`): the rows a worker would write, with no
+    input and `manifest_row` true. Written beside its final name, then renamed (readers skip hidden files)."""
+    import uuid
+
+    rows = [{**{c: None for c in _ROW_COLUMNS}, **_columns(rec), "manifest_row": True} for rec in records]
+    name = f"{time.strftime('%Y%m%dT%H%M%S')}-manifest-{uuid.uuid4().hex}-000000{SHARD_SUFFIX[fmt]}"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir / f".{name}.tmp"
+    if fmt == "parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        types = _types()
+        schema = pa.schema([(c, pa.string()) for c in _ROW_COLUMNS] + [(c, types[c]) for c in RESULT_COLUMNS]
+                           + [("manifest_row", pa.bool_())])
+        pq.write_table(pa.Table.from_pylist(rows, schema=schema), tmp)
+    else:
+        tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    os.replace(tmp, out_dir / name)
 
 
 def _new_records(out_dir: Path, before: set[str]) -> list[dict]:

@@ -423,6 +423,38 @@ def test_resume_keys_are_computed_on_the_workers(cluster, tmp_path, monkeypatch)
     assert len(rows) == 4 and next(r for r in rows if r["image"] == str(paths[1]))["key"] == changed["key"]
 
 
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_an_unusable_manifest_row_is_a_failed_row_once_and_goes_when_fixed(cluster, tmp_path, fmt):
+    """As in a local results file: the shards account for every manifest row (before, a bad row was only
+    printed), with one `manifest_row` line across resumes, dropped once the row is fixed."""
+    data = tmp_path / "data"
+    data.mkdir()
+    for name, seed in (("a.jpg", 90), ("b.jpg", 91)):
+        write_test_image(data / name, size=(96, 64), seed=seed)
+    manifest = data / "m.jsonl"
+    manifest.write_text(json.dumps({"id": "a", "image": "a.jpg"}) + "\noops\n")
+    out = tmp_path / "out"
+    args = ["assess", "--manifest", str(manifest), "--engine", "ray", "--offline", "--no-cache", "--out", str(out),
+            "--format", fmt, "--json"]
+    first = cli.invoke(app, args)
+    assert first.exit_code == EXIT_PARTIAL, first.output
+    rows = read_shards(out)
+    problems = [r for r in rows if r.get("manifest_row")]
+    assert len(rows) == 2 and len(problems) == 1, rows
+    assert problems[0]["status"] == "failed" and problems[0]["image"] is None
+    assert problems[0]["error"].startswith("manifest line 2: bad JSON") and problems[0]["error_type"] == "bad_input"
+    again = cli.invoke(app, args + ["--resume"])
+    assert again.exit_code == EXIT_PARTIAL and json.loads(again.stdout)["ran"] == 0, again.output
+    assert len(read_shards(out)) == 2  # once across resumes
+    manifest.write_text(json.dumps({"id": "a", "image": "a.jpg"}) + "\n" + json.dumps({"id": "b", "image": "b.jpg"}) + "\n")
+    fixed = cli.invoke(app, args + ["--resume"])
+    assert fixed.exit_code == EXIT_OK, fixed.output
+    summary = json.loads(fixed.stdout)
+    assert (summary["ran"], summary["already_done"], summary["replaced_lines"]) == (1, 1, 1)
+    rows = read_shards(out)
+    assert sorted(Path(r["image"]).name for r in rows) == ["a.jpg", "b.jpg"] and all(r["status"] == "ok" for r in rows)
+
+
 RAY_FLAGS = (["--actors", "2"], ["--ray-batch-size", "4"], ["--gpus-per-worker", "0.5"], ["--lm-max-in-flight", "8"])
 
 

@@ -93,6 +93,16 @@ def manifest_problem_record(problem: str, fingerprint: str = "") -> dict:
     })
 
 
+def manifest_problem_lines(problems: list[str], fingerprint: str, records: list[dict]) -> tuple[list[dict], set[str]]:
+    """What a run does with its unusable manifest rows, given the records already written (every engine):
+    (the problem lines to write, those not written yet: each once across resumes; the keys of earlier
+    problem lines to drop, their row fixed since or their line moved). A problem line's identity is its key."""
+    current = {rec["key"]: rec for rec in (manifest_problem_record(p, fingerprint) for p in problems)}
+    stale = {r["key"] for r in records if r.get("manifest_row") and r.get("key") not in current}
+    written = {r.get("key") for r in records}
+    return [rec for key, rec in current.items() if key not in written], stale
+
+
 def _finite(value: Any) -> Any:
     """JSON has no NaN/Inf: write them as strings ("NaN", "Infinity"), as the state models do."""
     if isinstance(value, float) and not math.isfinite(value):

@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Optional
 from agentic_iqa.config import LMSetupError, Settings
 from agentic_iqa.batch.items import (BatchError, BatchItem, PreparedItem, as_item, config_fingerprint, identify_item,
                                     is_done, prepare_item)
-from agentic_iqa.batch.results import ItemResult, ResultsFile, ResumeState, manifest_problem_record
+from agentic_iqa.batch.results import ItemResult, ResultsFile, ResumeState, manifest_problem_lines
 
 
 
@@ -468,16 +468,13 @@ def run_batch(
             summary.notes.append(f"{out}: {state.unreadable_lines} line(s) are not result records; kept as they are, ignored")
         to_run, replace = plan_batch(items, settings=runner.settings, fingerprint=runner.fingerprint, state=state,
                                      summary=summary, retry_failed=retry_failed, workers=min(8, max(1, concurrency)))
-        problem_lines = {rec["key"]: rec for rec in (manifest_problem_record(p, runner.fingerprint) for p in problems)}
         # A problem line whose row has been fixed (or whose line moved) since is dropped, as a stale result is.
-        stale_problems = any(r.get("manifest_row") and r["key"] not in problem_lines for r in state.records)
+        new_problems, stale_problems = manifest_problem_lines(problems, runner.fingerprint, state.records)
         if replace or stale_problems:
             summary.replaced_lines = results.rewrite(
-                lambda rec: rec.get("identity") not in replace and (not rec.get("manifest_row") or rec["key"] in problem_lines))
-        written = {r["key"] for r in state.records}
-        for key, rec in problem_lines.items():
-            if key not in written:
-                results.append(rec)
+                lambda rec: rec.get("identity") not in replace and rec.get("key") not in stale_problems)
+        for rec in new_problems:
+            results.append(rec)
         if on_start:
             on_start(summary, len(to_run))
         try:
