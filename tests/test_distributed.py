@@ -455,6 +455,40 @@ def test_an_unusable_manifest_row_is_a_failed_row_once_and_goes_when_fixed(clust
     assert sorted(Path(r["image"]).name for r in rows) == ["a.jpg", "b.jpg"] and all(r["status"] == "ok" for r in rows)
 
 
+def test_a_failed_image_fixed_since_runs_again_on_resume(cluster, tmp_path, monkeypatch):
+    """As in a local batch, without --retry-failed: the driver hashes only the files of the items that failed
+    before (a fixed one runs again, its failed row replaced; an unchanged one stays settled)."""
+    import agentic_iqa.batch.items as items_module
+
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    good = write_test_image(folder / "good.jpg", size=(96, 64), seed=60)
+    broken = folder / "broken.jpg"
+    broken.write_bytes(Path(good).read_bytes()[:200])
+    out = tmp_path / "shards"
+    args = ["assess", str(folder), "--engine", "ray", "--offline", "--no-cache", "--out", str(out), "--json"]
+    env = {"AGENTIC_IQA_RAY_BATCH_SIZE": "2", "AGENTIC_IQA_RAY_ACTORS": "1"}
+    first = cli.invoke(app, args, env=env)
+    assert first.exit_code == EXIT_PARTIAL and json.loads(first.stdout)["failed"] == 1, first.output
+
+    read: list[str] = []
+    real = items_module._sha256_file
+    monkeypatch.setattr(items_module, "_sha256_file", lambda path: read.append(str(path)) or real(path))
+    again = cli.invoke(app, args + ["--resume"], env=env)
+    summary = json.loads(again.stdout)
+    assert (summary["ran"], summary["failed_before"]) == (0, 1), again.output  # unchanged: settled
+    read_when_settled = list(read)
+
+    write_test_image(broken, size=(96, 64), seed=61)
+    fixed = cli.invoke(app, args + ["--resume"], env=env)
+    assert fixed.exit_code == EXIT_OK, fixed.output
+    summary = json.loads(fixed.stdout)
+    assert (summary["ran"], summary["ok"], summary["failed_before"], summary["replaced_lines"]) == (1, 1, 0, 1)
+    rows = read_shards(out)
+    assert sorted(Path(r["image"]).name for r in rows) == ["broken.jpg", "good.jpg"] and all(r["status"] == "ok" for r in rows)
+    assert read_when_settled == [str(broken)]  # the driver read the failed item's file, no other
+
+
 RAY_FLAGS = (["--actors", "2"], ["--ray-batch-size", "4"], ["--gpus-per-worker", "0.5"], ["--lm-max-in-flight", "8"])
 
 

@@ -351,11 +351,14 @@ def plan_resume(
                 outage.add(r.get("identity"))
             else:
                 ok_keys.setdefault(r.get("identity"), []).append(r["key"])
-    # The file contents each failed line saw: a failure is settled only while its files are unchanged.
+    # The file contents each failed line saw: a failure is settled only while its files are unchanged. Its
+    # content key says so too (a Ray shard row records no reference hash, only the key that includes it).
     failed_contents: dict[str, set] = {}
+    failed_keys: dict[str, set] = {}
     for r in state.records:
         if r.get("status") == "failed":
             failed_contents.setdefault(r.get("identity"), set()).add((r.get("image_sha256"), r.get("reference_sha256")))
+            failed_keys.setdefault(r.get("identity"), set()).add(r.get("key"))
     failed_identities = set(failed_contents) | outage
     to_run: list[PreparedItem] = []
     replace: set[str] = set()
@@ -363,8 +366,10 @@ def plan_resume(
     for prep in prepared:
         done = ok_keys.get(prep.identity, ())
         # A fixed image (replaced, or a missing one that appeared) is assessed again without --retry-failed,
-        # as a changed image is. Items only identified (Ray's driver) have no contents to compare.
-        unchanged = not prep.hashed or (prep.image_sha256, prep.reference_sha256) in failed_contents.get(prep.identity, ())
+        # as a changed image is. Items only identified have no contents to compare (`plan_batch` hashes
+        # those that failed before).
+        unchanged = (not prep.hashed or prep.key in failed_keys.get(prep.identity, ())
+                     or (prep.image_sha256, prep.reference_sha256) in failed_contents.get(prep.identity, ()))
         if prep.hashed and is_done(prep, done):
             counts["already_done"] += 1
         elif prep.identity in failed_identities and not done and not retry_failed and unchanged:
@@ -394,14 +399,22 @@ def plan_batch(
     first of items that appear twice, and split by `plan_resume`. `summary` gets the duplicates,
     already_done and failed_before counts and their notes.
 
-    hash_contents=False (the Ray driver): no file is read here, items are only identified; the
-    content keys are computed where the items run (see `plan_resume`), and `already_done` is counted
-    there."""
+    hash_contents=False (the Ray driver): items are only identified; the content keys are computed
+    where the items run (see `plan_resume`), and `already_done` is counted there. Only the files of items
+    that failed before are read here (few), unless `retry_failed`: a failure is settled only while its
+    files are unchanged, so a fixed image runs again, as in a local batch."""
+    prepare = lambda ix: prepare_item(ix[0], ix[1], settings, fingerprint)  # noqa: E731
     if hash_contents:
         with cf.ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-            prepared = list(pool.map(lambda ix: prepare_item(ix[0], ix[1], settings, fingerprint), enumerate(items)))
+            prepared = list(pool.map(prepare, enumerate(items)))
     else:
         prepared = [identify_item(i, item, settings, fingerprint) for i, item in enumerate(items)]
+        failed = set() if retry_failed else {r.get("identity") for r in state.records if r.get("status") == "failed"}
+        again = [p for p in prepared if p.identity in failed]
+        if again:
+            with cf.ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+                for prep in pool.map(lambda p: prepare((p.index, p.item)), again):
+                    prepared[prep.index] = prep
     seen: set[str] = set()
     unique: list[PreparedItem] = []
     for prep in prepared:
