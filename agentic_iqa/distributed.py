@@ -736,6 +736,8 @@ def run_cli_batch(
             summary.failed += 1
             if len(summary.failures) < 50:
                 summary.failures.append({"image": rec.get("image"), "error": rec.get("error"), "error_type": rec.get("error_type")})
+    if summary.interrupted:  # as a local batch counts them: what is neither written nor found done runs on --resume
+        summary.not_attempted = max(0, len(to_run) - summary.ran - state["counts"].get(ALREADY_DONE, 0))
     summary.seconds = time.perf_counter() - t0
     return summary
 

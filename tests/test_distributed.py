@@ -242,7 +242,11 @@ def test_cli_interrupted_then_resumed_gives_one_row_per_item(cluster, slow_image
     first = shard_rows(out)
     assert proc.returncode == EXIT_INTERRUPTED, stderr.decode()[-2000:]
     assert 0 < len(first) < N
-    assert json.loads(stdout)["interrupted"] is True  # the summary was printed (not cut short by the watchdog)
+    interrupted = json.loads(stdout)
+    assert interrupted["interrupted"] is True  # the summary was printed (not cut short by the watchdog)
+    # What --resume has left to do is counted, as a local batch counts it (was 0: "nothing left").
+    assert interrupted["ran"] <= len(first) and interrupted["not_attempted"] == N - interrupted["ran"]
+    assert interrupted["not_attempted"] >= N - len(first) > 0
     result = cli.invoke(app, ["assess", str(folder), "--engine", "ray", "--offline", "--no-cache", "--out", str(out),
                               "--resume", "--json"], env={"AGENTIC_IQA_RAY_BATCH_SIZE": "4"})
     assert result.exit_code == EXIT_OK, result.output
