@@ -17,11 +17,14 @@ from signatures.models import (
 )
 
 # Words that name a distortion (or a quality attribute tied to one) -> spec category.
+# Words for blur and for its opposite, sharpness: both are asked of the blur evidence (`asks_sharpness` tells them apart).
+_BLUR_TERMS = r"blur\w*|out[- ]of[- ]focus|defocus\w*|motion[- ]blur|smear\w*|fuzzy|soft(?:ness)?|unsharp"
+_SHARP_TERMS = r"(?<!over-)(?<!over)sharp(?:ness|ly|er|est)?|crisp\w*|in[- ]focus"
+
 _DISTORTION_WORDS: list[tuple[str, str]] = [
     # Sharpness is the opposite of blur: "is it sharp / crisp / in focus?" is asked of the blur evidence;
     # only over-sharpening (sharpened, halos) is the spec's "Sharpness" distortion.
-    (r"blur\w*|out[- ]of[- ]focus|defocus\w*|motion[- ]blur|smear\w*|fuzzy|soft(?:ness)?|unsharp|"
-     r"(?<!over-)(?<!over)sharp(?:ness|ly|er|est)?|crisp\w*|in[- ]focus|focus(?:ed|ing)?|detail\w*|pixelat\w*", "Blurs"),  # pixelation: the Blurs category's pixelate detector
+    (rf"{_BLUR_TERMS}|{_SHARP_TERMS}|focus(?:ed|ing)?|detail\w*|pixelat\w*", "Blurs"),  # pixelation: the Blurs category's pixelate detector
     (r"nois\w*|grain\w*|speckle\w*|salt[- ]and[- ]pepper", "Noise"),
     (r"jpe?g\w*|compress\w*|block\w*|artifact\w*|artefact\w*|mosquito", "Compression"),
     (r"bright\w*|dark\w*|(?:over-?|under-?)?expos(?:ed|ure)|dim|illuminat\w*|lighting|(?:well|under|over|poorly|dimly)[- ]?lit|"
@@ -186,8 +189,8 @@ def named_regions(text: str, exclude: Iterable[str] = ()) -> list[str]:
     return regions
 
 
-_SHARP_WORDS = re.compile(r"\b(?:(?<!over-)(?<!over)sharp(?:ness|ly|er|est)?|crisp\w*|in[- ]focus)\b", re.I)
-_BLUR_WORDS = re.compile(r"\b(?:blur\w*|out[- ]of[- ]focus|defocus\w*|smear\w*|fuzzy|soft(?:ness)?|unsharp)\b", re.I)
+_SHARP_WORDS = re.compile(rf"\b(?:{_SHARP_TERMS})\b", re.I)
+_BLUR_WORDS = re.compile(rf"\b(?:{_BLUR_TERMS})\b", re.I)
 
 
 def asks_sharpness(query: str) -> bool:
