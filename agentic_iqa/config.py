@@ -491,8 +491,8 @@ def _check_unused_programs(programs: dict[str, Path], cdir: Optional[Path], data
     wrong path or a program for another module is said now, not on the day a model is set."""
     from agentic_iqa.programs import ProgramError, check_module, read_program
 
+    from_file = cdir is not None and "programs" not in overrides and isinstance(data.get("programs"), dict)
     for name, path in programs.items():
-        from_file = cdir is not None and "programs" not in overrides and isinstance(data.get("programs"), dict)
         where = f"{cdir / 'pipeline.yaml'}: `programs.{name}`" if from_file else f"setting `programs.{name}`"
         try:
             header = read_program(path)[0]
