@@ -55,6 +55,19 @@ from signatures.vocabulary import SEVERITY_RANK
 FUSION_CHOICE_FILE = Path(__file__).with_name("fusion_choice.json")
 _YES = re.compile(r"^\s*(yes|true|present|there is)\b", re.I)
 _NO = re.compile(r"^\s*(no|false|absent|there is no)\b", re.I)
+# "How much quality was lost?", "How far is it from the original?": an amount asked for.
+_HOW_MUCH = re.compile(r"\s*how\s+(?:much|far)\b", re.I)
+
+
+def _option_texts(query: str) -> dict[str, str]:
+    """{label: option text} without trailing punctuation ("A. Yes." → {"A": "Yes"}); {} without options."""
+    return {k: v.strip().rstrip(".?") for k, v in mcq_options(query).items()}
+
+
+def _yes_no_labels(texts: dict[str, str]) -> tuple[Optional[str], Optional[str]]:
+    """The labels of the Yes and the No option (None for one not offered)."""
+    return (next((k for k, v in texts.items() if _YES.match(v)), None),
+            next((k for k, v in texts.items() if _NO.match(v)), None))
 
 
 class OfflineRoles:
@@ -393,9 +406,8 @@ def answer_question(query: str, plan: PlannerOutput, analyses: dict, fused_level
     polarity = _quality_polarity(query)
     negated = _negated(query)
     if options:
-        texts = {k: v.strip().rstrip(".?") for k, v in options.items()}
-        yes = next((k for k, v in texts.items() if _YES.match(v)), None)
-        no = next((k for k, v in texts.items() if _NO.match(v)), None)
+        texts = _option_texts(query)
+        yes, no = _yes_no_labels(texts)
         if yes and no and asked:
             compared = _comparison(query, analyses)
             if compared is not None and compared[0] is not None:
@@ -584,6 +596,8 @@ _AGAINST_KINDS = (
     ("worse", re.compile(r"\b(?:worse|worst|inferior|lower[- ]quality|poorer)\b", re.I)),
     ("changed", re.compile(r"\b(?:differ\w*|chang\w*|altered|modified|lost|loss|degrad\w*|compar\w*)\b", re.I)),
 )
+# What was lost or changed, asked of the pair without naming the reference ("What changed?", "How much was lost?").
+_CHANGE_ASKED = re.compile(r"^\s*(?:what|how\s+(?:much|far))\b.*\b(?:chang\w*|lost|loss|differ\w*|altered|degraded)\b", re.I)
 # Options naming one of the two images, or neither ("A. The distorted image B. The reference image C. Equal").
 _EQUAL_OPTION = re.compile(r"\b(?:same|equal(?:ly)?|both|neither|identical|no difference|tie)\b", re.I)
 _IMAGE_OPTION = re.compile(r"\b(?:image|photo|picture|version|one|copy|distorted|test|this|it)\b", re.I)
@@ -603,7 +617,7 @@ def _against_reference(query: str, plan: PlannerOutput) -> Optional[tuple[str, b
     if _CONTENT_WH.match(question):  # "Which animal differs from the original?": content, not quality
         return None
     if (RATING_WORDS.search(question) and not YES_NO_QUESTION.match(question)
-            and not re.match(r"\s*how\s+(?:much|far)\b", question, re.I)):
+            and not _HOW_MUCH.match(question)):
         return None  # "How is the quality compared to the reference?" asks for the quality first (the rating rules)
     for kind, pattern in _AGAINST_KINDS:
         if m := pattern.search(question):
@@ -612,7 +626,6 @@ def _against_reference(query: str, plan: PlannerOutput) -> Optional[tuple[str, b
     return None
 
 
-_CHANGE_ASKED = re.compile(r"^\s*(?:what|how\s+(?:much|far))\b.*\b(?:chang\w*|lost|loss|differ\w*|altered|degraded)\b", re.I)
 # "What object …", "Which animal …": a wh-question about a thing in the picture, not about the picture or its quality.
 _CONTENT_WH = re.compile(r"^\s*(?:what|which)\s+(?!(?:image|photo|picture|one|version|copy|quality|distortions?|"
                          r"changes?|differences?|damage|is|are|was|were|has|have|had|did|does|do|changed|differs?)\b)"
@@ -623,16 +636,11 @@ def _readable_against_reference(query: str, plan: PlannerOutput) -> bool:
     """Whether a comparison with the reference is one ``_answer_against_reference`` can answer: with options, only
     Yes/No, options naming the two images (or neither), or graded amounts ("A. None B. A little C. A lot"); options
     it cannot read ("A. A dog B. A cat") make it a content question, answered with no guessed letter."""
-    against = _against_reference(query, plan)
-    if against is None:
+    if _against_reference(query, plan) is None:
         return False
-    options = mcq_options(query)
-    if not options:
-        return True
-    texts = [v.strip().rstrip(".?") for v in options.values()]
-    return ((any(_YES.match(v) for v in texts) and any(_NO.match(v) for v in texts))
-            or all(_option_side(v) for v in texts)
-            or sum(_option_grade(v) is not None for v in texts) >= 2)
+    texts = _option_texts(query)
+    return (not texts or all(_yes_no_labels(texts)) or all(_option_side(v) for v in texts.values())
+            or sum(_option_grade(v) is not None for v in texts.values()) >= 2)
 
 
 def _option_side(text: str) -> Optional[str]:
@@ -654,14 +662,12 @@ def _answer_against_reference(query: str, kind: str, about_reference: bool, anal
     detail = f"compared with the reference the image shows {lost}" if found else "no distortion measured against the reference"
     holds = {"same": not found, "changed": bool(found), "better": bool(found) and about_reference,
              "worse": bool(found) and not about_reference}[kind] != _negated(query)
-    options = mcq_options(query)
-    if options:
-        texts = {k: v.strip().rstrip(".?") for k, v in options.items()}
+    texts = _option_texts(query)
+    if texts:
         equal = next((k for k, v in texts.items() if _EQUAL_OPTION.search(v)), None)
         if kind in ("better", "worse") and not found and equal:  # "A. Yes B. No C. Same" on an unchanged pair: C
             return equal
-        yes = next((k for k, v in texts.items() if _YES.match(v)), None)
-        no = next((k for k, v in texts.items() if _NO.match(v)), None)
+        yes, no = _yes_no_labels(texts)
         if yes and no:
             return yes if holds else no
         sides = {k: _option_side(v) for k, v in texts.items()}
@@ -681,7 +687,7 @@ def _answer_against_reference(query: str, kind: str, about_reference: bool, anal
     question = question_part(query)
     if YES_NO_QUESTION.match(question):
         return ("Yes — " if holds else "No — ") + detail
-    if re.match(r"\s*how\s+(?:much|far)\b", question, re.I):
+    if _HOW_MUCH.match(question):
         return f"{_LOSS_AMOUNTS[worst]} — {detail}"
     if kind in ("better", "worse", "same"):
         if not found:
