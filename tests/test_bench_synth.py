@@ -4,6 +4,7 @@ from __future__ import annotations
 import hashlib
 import json
 
+import cv2
 import numpy as np
 import pytest
 
@@ -74,11 +75,31 @@ def test_references_are_benchmark_sized_and_types_span_all_categories():
 
 
 @pytest.mark.parametrize("type_name", ["gaussian blur", "lens blur", "white noise", "darken", "contrast decrease",
-                                       "color quantization", "jpeg2000", "overexposure"])
+                                       "color quantization", "jpeg2000", "overexposure", "luminance noise",
+                                       "gray impulse noise"])
 def test_damage_grows_with_level(type_name):
     ref = load_reference("camera", size=(256, 192))  # smaller, and JPEG2000 bottoms out
     err = [float(np.abs(distort(ref, type_name, lv, key="t") - ref).mean()) for lv in range(1, 6)]
     assert all(a < b for a, b in zip(err, err[1:])), err
+
+
+def test_colourless_noise_types_add_no_colour():
+    # KADID's white and impulse noise are drawn per RGB channel, so coloured; these two are grain and specks with
+    # none (a camera's processed grain, a gray scan's dust), which the analyst's noise detectors missed until fitted on.
+    gray = load_reference("camera", size=(256, 192))
+    for name in ("luminance noise", "gray impulse noise"):
+        y = distort(gray, name, 5, key="t")
+        assert np.abs(y - gray).mean() > 0.02 and np.allclose(y[..., 0], y[..., 1], atol=1e-4), name
+        assert np.allclose(y[..., 0], y[..., 2], atol=1e-4), name
+    specks = distort(gray, "gray impulse noise", 5, key="t")
+    hit = np.abs(specks - gray).max(axis=2) > 1e-6
+    assert set(np.unique(specks[hit])) <= {0.0, 1.0} and 0.05 < hit.mean() < 0.09
+    cat = load_reference("chelsea", size=(256, 192))  # in colour, the grain leaves the chroma where it was
+    grain = distort(cat, "luminance noise", 5, key="t")
+    inside = ((grain > 0) & (grain < 1)).all(axis=2)  # where no channel left the range (a file would clip it)
+    chroma = lambda x: cv2.cvtColor(x, cv2.COLOR_RGB2YCrCb)[..., 1:][inside]  # noqa: E731
+    luma = lambda x: cv2.cvtColor(x, cv2.COLOR_RGB2YCrCb)[..., 0][inside]  # noqa: E731
+    assert np.abs(chroma(grain) - chroma(cat)).max() < 2e-3 and np.std(luma(grain) - luma(cat)) > 0.07
 
 
 def test_unknown_names_are_refused(tmp_path):

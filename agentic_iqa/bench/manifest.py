@@ -67,9 +67,12 @@ KADID_TYPES: dict[str, Optional[str]] = {
     "color block": None,
     "high sharpen": "Sharpness", "contrast change": "Contrast",
 }
-# Types of ours that KADID lacks: a monotone version of "contrast change" (KADID's goes both ways), and a camera's
-# over-exposure (KADID's "brighten" is a tone curve that clips almost nothing).
-EXTRA_TYPES: dict[str, Optional[str]] = {"contrast decrease": "Contrast", "overexposure": "Brightness change"}
+# Types of ours that KADID lacks: a monotone version of "contrast change" (KADID's goes both ways), a camera's
+# over-exposure (KADID's "brighten" is a tone curve that clips almost nothing), and noise with no colour in it:
+# KADID's white and impulse noise are independent per RGB channel, so always coloured, while a camera's processed
+# grain is mostly luminance and a gray scan's specks are gray.
+EXTRA_TYPES: dict[str, Optional[str]] = {"contrast decrease": "Contrast", "overexposure": "Brightness change",
+                                         "luminance noise": "Noise", "gray impulse noise": "Noise"}
 KNOWN_TYPES: dict[str, Optional[str]] = {**KADID_TYPES, **EXTRA_TYPES}
 
 # KADID puts the unchanged image at level 3 of these two, so quality is not monotone in level

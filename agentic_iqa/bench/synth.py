@@ -12,8 +12,10 @@ blockiness 2.4 where clean photos measure < 1.1), ``hubble_deep_field`` (almost 
 Split (fixed, by reference, so no content is shared): test = coffee, rocket, coins, gravel (two colour,
 two gray); every other reference is train.
 
-Types (``TYPES``): 16 KADID-style types and two of ours (``contrast decrease``, and ``overexposure``: a camera's
-exposure raised in linear light, which clips highlights as KADID's tone-curve ``brighten`` does not), covering
+Types (``TYPES``): 16 KADID-style types and four of ours (``contrast decrease``; ``overexposure``: a camera's
+exposure raised in linear light, which clips highlights as KADID's tone-curve ``brighten`` does not; and
+``luminance noise`` and ``gray impulse noise``: noise with no colour in it, which KADID's per-channel white and
+impulse noise never are), covering
 the seven spec categories, 5 levels each. The KADID
 ladders are used where the issue gives them (gaussian blur sigma, JPEG quality, white-noise variance);
 the others are our own KADID-like ladders, listed in each type's ``params``. Colour-saturation types need
@@ -152,11 +154,26 @@ def chroma_noise(x, variance, rng):
     return cv2.cvtColor(ycc, cv2.COLOR_YCrCb2RGB)
 
 
+def luminance_noise(x, variance, rng):
+    # Gaussian noise on luminance only (YCrCb), chroma untouched: grain with no colour in it.
+    ycc = cv2.cvtColor(x, cv2.COLOR_RGB2YCrCb)
+    ycc[..., 0] += rng.normal(0, np.sqrt(variance), ycc[..., 0].shape).astype(np.float32)
+    return cv2.cvtColor(ycc, cv2.COLOR_YCrCb2RGB)
+
+
 def impulse_noise(x, density, rng):
     # Salt and pepper per channel value, as MATLAB's imnoise does on an RGB array.
     out = x.copy()
     hit = rng.random(x.shape) < density
     out[hit] = (rng.random(int(hit.sum())) < 0.5).astype(np.float32)
+    return out
+
+
+def gray_impulse_noise(x, density, rng):
+    # Salt and pepper per pixel, the same in every channel: black and white specks, no colour.
+    out = x.copy()
+    hit = rng.random(x.shape[:2]) < density
+    out[hit] = (rng.random(int(hit.sum())) < 0.5).astype(np.float32)[:, None]
     return out
 
 
@@ -226,7 +243,11 @@ TYPES: dict[str, DistortionType] = {t.name: t for t in [
                    "variance in [0,1] units, KADID ladder"),
     DistortionType("white noise in color component", chroma_noise, (0.002, 0.004, 0.008, 0.016, 0.03),
                    "chroma noise variance"),
+    DistortionType("luminance noise", luminance_noise, (0.0004, 0.00075, 0.0015, 0.003, 0.006),
+                   "luminance noise variance (sigma 5-20 of 255)"),
     DistortionType("impulse noise", impulse_noise, (0.005, 0.01, 0.02, 0.04, 0.08), "salt-and-pepper density"),
+    DistortionType("gray impulse noise", gray_impulse_noise, (0.005, 0.01, 0.02, 0.04, 0.08),
+                   "salt-and-pepper density per pixel, same in every channel"),
     DistortionType("multiplicative noise", multiplicative_noise, (0.005, 0.01, 0.02, 0.04, 0.08),
                    "speckle variance"),
     DistortionType("brighten", brighten, (0.8, 0.65, 0.5, 0.4, 0.3), "gamma < 1"),
