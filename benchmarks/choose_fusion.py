@@ -20,7 +20,7 @@ Protocol, nested leave-one-source-out: for each held-out source h, the analyst's
 other source g are fitted on the sources other than h and g (``fit_corpus.fit``), so the training images
 are scored as unseen photos are; the choice is made on those training images only; it is then evaluated
 on h with the analyst fitted on all sources but h. Images: every clean photo, and the first
-``--per-source`` photos of every source damaged with the 18 types x 5 levels of the "alt" ladder
+``--per-source`` photos of every source damaged with every type (``synth.TYPES``) x 5 levels of the "alt" ladder
 (``offline_vs_single_tools.py``'s images and cached tool scores). The shipped choice is the same search
 run on all sources (each source scored by the analyst fitted without it); it is written to
 ``agentic_iqa/offline/fusion_choice.json``, the per-fold record to ``benchmarks/corpus/fusion_choice.json``.

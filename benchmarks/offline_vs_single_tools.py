@@ -97,7 +97,7 @@ def image_key(y: np.ndarray) -> str:
 
 def _score_photo(args) -> dict:
     """Raw tool scores for one photo: its clean copy (FR tools against itself: what a clean photo with its
-    own copy as reference gets) and, when ``damaged``, its 18 types x 5 levels of "alt"-ladder damage
+    own copy as reference gets) and, when ``damaged``, every type (``synth.TYPES``) x 5 levels of "alt"-ladder damage
     (``fit_corpus.measure_photo``'s images). Cached per image+tool."""
     path, gray, damaged, cache_dir = args
     try:
