@@ -49,8 +49,8 @@ from agentic_iqa.offline.analyst import answer_question  # noqa: E402
 
 # Over-exposure is keyed as brightening is: both are "too bright", and both show the same lookalike symptoms.
 BLURS = {"gaussian blur", "lens blur", "motion blur"}
-NOISES = {"white noise", "white noise in color component", "luminance noise", "impulse noise",
-          "gray impulse noise", "multiplicative noise"}
+# Every benchmark type of the Noise category (a new kind of noise is keyed as noise without editing this file).
+NOISES = {name for name, t in fc.synth.TYPES.items() if t.category == "Noise"}
 # question -> (the damage it asks about, damage with the same symptom (not scored), negated: Yes means "absent")
 DISTORTION_QUESTIONS: dict[str, tuple[set, set, bool]] = {
     "Is the image blurry? A. Yes B. No": (BLURS, {"jpeg2000", "pixelate"}, False),
