@@ -65,6 +65,23 @@ def test_raw_statistics_move_the_right_way(coffee):
     assert gray["colorfulness"] < 1e-3 < clean["colorfulness"]
 
 
+def test_noise_across_scales_sees_grain_but_not_fine_texture():
+    import skimage.data
+
+    rng = np.random.default_rng(0)
+    flat = np.full((256, 384), 120.0, np.float32)
+    ramp = np.tile(np.linspace(40, 200, 384, dtype=np.float32), (256, 1))
+    for sigma in (5, 10, 20):  # white noise, on a flat and on a graded background: about 0.85 of its sigma
+        assert 0.75 * sigma < st.noise_sigma_across_scales(flat + rng.normal(0, sigma, flat.shape).astype(np.float32)) < sigma
+        assert 0.75 * sigma < st.noise_sigma_across_scales(ramp + rng.normal(0, sigma, ramp.shape).astype(np.float32)) < sigma
+    assert st.noise_sigma_across_scales(ramp) == 0.0
+    # Grass (scikit-image, CC0) has no flat area: its flattest blocks read as grain of sigma 8, its detail across
+    # scales as none; grain of sigma 20 added to it reads as such on both.
+    grass = skimage.data.grass().astype(np.float32)
+    assert np.percentile(st.noise_sigma_blocks(grass / 255) * 255, 10) > 6 > 1 > st.noise_sigma_across_scales(grass)
+    assert st.noise_sigma_across_scales(grass + rng.normal(0, 20, grass.shape).astype(np.float32)) > 15
+
+
 def test_dead_flat_counts_noise_free_blocks_but_not_clipped_ones():
     rng = np.random.default_rng(0)
     flat = np.full((64, 96), 120.0, np.float32)

@@ -64,6 +64,7 @@ FEATURES: dict[str, Callable[[dict], float]] = {
     "log_blockiness": lambda s: math.log10(max(s["blockiness"], 1e-3)),
     "log_jpeg_grid": lambda s: math.log10(max(s["jpeg_grid"], 1e-3)),
     "log_noise_flat": _log("noise_flat", 0.1),
+    "log_noise_scales": _log("noise_scales", 0.1),  # the noise sigma texture does not inflate (stats.py)
     "log_dead_flat": _log("dead_flat", 0.01),  # from "none" (a clean photo's ~0) up, per decade
     "log_chroma_noise": _log("chroma_noise", 0.05),
     "log_impulse": _log("impulse", 1e-5),
@@ -227,6 +228,13 @@ _NOISE_NR = ("log_chroma_noise", "log_noise_flat", "log_impulse", "-overshoot", 
 _NOISE_FR = ("fr_log_noise", "fr_log_chroma_noise_gain", "fr_log_impulse_gain", "-fr_detail_corr")
 # Each noise detector without a reference weighs its own measures as its own noise against an over-sharpening.
 _SHARPENING_LOOKALIKE = Discount(("high sharpen",), _NOISE_NR, "an over-sharpening")
+# Grain has no flat area to show in where fine texture fills the frame: its own detector also weighs the noise left
+# once detail that persists at half size is cancelled (stats.noise_sigma_across_scales; a peacock's fan, grass).
+# That measure sees every pixel-scale noise, so grain is weighed against the noises with colour and the specks too:
+# otherwise colour noise and black-and-white specks were named "grain" (RESULTS.md follow-up 40).
+_GRAIN_NR = _NOISE_NR + ("log_noise_scales",)
+_GRAIN_LOOKALIKES = Discount(("high sharpen", "white noise", "multiplicative noise", "impulse noise", "gray impulse noise"),
+                             _GRAIN_NR, "an over-sharpening, noise with colour or specks")
 
 DETECTORS: tuple[Detector, ...] = (
     Detector("blur", "Blurs", "blur", ("gaussian blur", "lens blur"),
@@ -294,9 +302,9 @@ DETECTORS: tuple[Detector, ...] = (
     # so such grain read as no distortion (held out, intra SRCC 0.33; RESULTS.md follow-ups 36, 39). Each has its own
     # detector and map, as the kinds above do.
     Detector("grain", "Noise", "grain (noise with no colour in it)", ("luminance noise",),
-             nr=_NOISE_NR, fr=_NOISE_FR,
+             nr=_GRAIN_NR, fr=_NOISE_FR,
              primary="noise_flat", primary_fr="fr_noise",
-             nr_discount=_SHARPENING_LOOKALIKE),
+             nr_discount=_GRAIN_LOOKALIKES),
     Detector("chroma_noise", "Noise", "colour noise", ("white noise in color component",),
              nr=_NOISE_NR, fr=_NOISE_FR,
              primary="chroma_noise", primary_fr="fr_chroma_noise_gain",
@@ -383,7 +391,7 @@ TYPE_CATEGORY = {t: d.category for d in DETECTORS for t in d.types}
 STAT_NAMES = {
     "reblur": "blur index (0 crisp - 1 smeared)", "blockiness": "block-edge ratio",
     "jpeg_grid": "8x8 JPEG grid ratio", "fr_jpeg_grid_gain": "8x8 JPEG grid ratio gain vs the reference",
-    "fine_conc": "share of fine detail on the strongest edges", "noise_flat": "noise sigma in flat areas (0-255)",
+    "fine_conc": "share of fine detail on the strongest edges", "noise_flat": "noise sigma in flat areas (0-255)", "noise_scales": "noise sigma across scales (0-255)",
     "dead_flat": "share of noise-free (dead flat) blocks",
     "motion_streak": "fine-detail contrast across orientations (log10; one direction kept = streaked)",
     "fr_motion_len": "length of the best-fitting line blur of the reference (px)",
