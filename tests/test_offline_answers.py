@@ -1109,3 +1109,15 @@ def test_noise_with_no_colour_in_it_is_noise(photo, damage, level):
     assert analyses["Noise"].severity != "none" and analyses["Noise"].level > 1.5, analyses["Noise"]
     assert _answer("Is there noise in the image? A. Yes B. No", analyses) == "A"
     assert _answer("Is the image over-sharpened? A. Yes B. No", analyses) == "B"
+
+
+@pytest.mark.parametrize("photo,damage,level,named", [
+    ("chelsea", "white noise", 5, "noise"), ("astronaut", "white noise", 5, "noise"), ("coffee", "multiplicative noise", 4, "noise"),
+    ("chelsea", "luminance noise", 3, "grain"), ("camera", "gray impulse noise", 3, "gray_impulse"),
+])
+def test_each_noise_is_named_for_what_it_is(photo, damage, level, named):
+    """Grain's detector sees every pixel-scale noise; chelsea with white noise at level 5 (noise with colour in it) was
+    named "grain (noise with no colour in it)". It is weighed against the noises with colour and the specks."""
+    x = np.clip(distort(load_reference(photo), damage, level, key="t"), 0, 1)
+    noise = sv.analyze(x)["Noise"]
+    assert noise.detector == named, noise.detectors
