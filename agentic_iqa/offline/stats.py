@@ -162,7 +162,8 @@ def noise_sigma_blocks(y: np.ndarray, block: int = 16) -> np.ndarray:
 
 def _block_mean_square(r: np.ndarray, block: int) -> np.ndarray:
     h, w = (r.shape[0] // block) * block, (r.shape[1] // block) * block
-    return (r[:h, :w] ** 2).reshape(h // block, block, w // block, block).mean(axis=(1, 3))
+    r = r[:h, :w]
+    return cv2.resize(r * r, (w // block, h // block), interpolation=cv2.INTER_AREA)  # exact block means, fast
 
 
 def noise_sigma_across_scales(y255: np.ndarray, block: int = 16) -> float:
@@ -170,10 +171,11 @@ def noise_sigma_across_scales(y255: np.ndarray, block: int = 16) -> float:
     white noise's variance, while image detail, roughly alike across scales, keeps its Immerkær energy; so in
     each block (full-size energy - half-size energy) * 4/3 is the noise variance with the detail cancelled.
     ``noise_flat`` needs flat blocks to see the noise alone: a peacock's fan or twigs against the sky have none,
-    and read as grain of sigma 13-14. Taken over the quarter of blocks with the least fine energy (median)."""
+    and read as grain of sigma 13-14. Taken over the quarter of blocks with the least fine energy (median); picking
+    the quietest blocks also picks quieter noise, so pure noise reads about 0.85 of its sigma (a fitted feature)."""
     h, w = (y255.shape[0] // 2) * 2, (y255.shape[1] // 2) * 2
-    y = y255[:h, :w]
-    half = y.reshape(h // 2, 2, w // 2, 2).mean(axis=(1, 3))
+    y = np.ascontiguousarray(y255[:h, :w], dtype=np.float32)
+    half = cv2.resize(y, (w // 2, h // 2), interpolation=cv2.INTER_AREA)  # 2x2 means
     full_e = _block_mean_square(cv2.filter2D(y, -1, _IMMERKAER, borderType=cv2.BORDER_REFLECT), block) / 36
     half_e = _block_mean_square(cv2.filter2D(half, -1, _IMMERKAER, borderType=cv2.BORDER_REFLECT), block // 2) / 36
     rows, cols = min(full_e.shape[0], half_e.shape[0]), min(full_e.shape[1], half_e.shape[1])
