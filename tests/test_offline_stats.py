@@ -82,6 +82,24 @@ def test_noise_across_scales_sees_grain_but_not_fine_texture():
     assert st.noise_sigma_across_scales(grass + rng.normal(0, 20, grass.shape).astype(np.float32)) > 15
 
 
+def test_fine_to_mid_net_of_noise_sees_a_blur_under_the_noise():
+    """Noise fills the fine band: on the raw band ratio a blurred photo with noise on top reads sharper than the
+    photo itself. Net of the noise's share (sigma from ``noise_sigma_across_scales``) it reads as the blur alone,
+    and a clean photo's ratio is unchanged."""
+    # The shares are the band filters' own: about 76 % of a white noise's variance is in the fine band.
+    assert st.WHITE_NOISE_BAND_SHARES == pytest.approx((0.76, 0.036), abs=0.005)
+    x = load_reference("chelsea")
+    blurred = np.clip(distort(x, "gaussian blur", 3, key="t"), 0, 1)
+    noisy_blur = np.clip(distort(blurred, "white noise", 3, key="t"), 0, 1)
+    clean, blur, both = st.measure(x), st.measure(blurred), st.measure(noisy_blur)
+    assert clean["noise_scales"] < 1 and clean["fine_to_mid_net"] == pytest.approx(clean["fine_to_mid"], abs=0.01)
+    assert both["fine_to_mid"] > clean["fine_to_mid"]  # the raw ratio: sharper than the clean photo
+    assert abs(both["fine_to_mid_net"] - blur["fine_to_mid_net"]) < 0.25 < clean["fine_to_mid_net"] - both["fine_to_mid_net"]
+    # Noise alone is taken out, not over-corrected into a blur.
+    noisy = st.measure(np.clip(distort(x, "white noise", 3, key="t"), 0, 1))
+    assert noisy["fine_to_mid_net"] == pytest.approx(clean["fine_to_mid_net"], abs=0.15)
+
+
 def test_dead_flat_counts_noise_free_blocks_but_not_clipped_ones():
     rng = np.random.default_rng(0)
     flat = np.full((64, 96), 120.0, np.float32)

@@ -57,6 +57,7 @@ def _log(key: str, eps: float) -> Callable[[dict], float]:
 FEATURES: dict[str, Callable[[dict], float]] = {
     "reblur": lambda s: s["reblur"],
     "fine_to_mid": lambda s: s["fine_to_mid"],
+    "fine_to_mid_net": lambda s: s["fine_to_mid_net"],  # the same, net of the noise's share (stats.py)
     "mid_to_coarse": lambda s: s["mid_to_coarse"],
     "edge_sharp": lambda s: s["edge_sharp"],
     "fine_conc": lambda s: s["fine_conc"],
@@ -237,15 +238,17 @@ _GRAIN_LOOKALIKES = Discount(("high sharpen", "white noise", "multiplicative noi
                              _GRAIN_NR, "an over-sharpening, noise with colour or specks")
 
 DETECTORS: tuple[Detector, ...] = (
+    # Noise fills the fine band, so the blur detectors read the fine-to-middle ratio net of the noise's share: on the
+    # raw ratio a blur with noise on top read as sharp (RESULTS.md follow-up 41).
     Detector("blur", "Blurs", "blur", ("gaussian blur", "lens blur"),
-             nr=("reblur", "-mid_to_coarse", "-fine_to_mid", "-edge_sharp", "-fine_conc"),
+             nr=("reblur", "-mid_to_coarse", "-fine_to_mid_net", "-edge_sharp", "-fine_conc"),
              fr=_BLUR_FR,
              primary="reblur", primary_fr="fr_fine_gain"),
     # Motion blur keeps the edges along its direction sharp, which the isotropic blur measures read as
     # detail (level-5 motion blur reached only level ~2 on the shared blur detector): its own detector
     # adds the orientation contrast of fine detail (``stats.directional_detail``) and its own level map.
     Detector("motion", "Blurs", "motion blur (detail lost along one direction)", ("motion blur",),
-             nr=("reblur", "-mid_to_coarse", "-fine_to_mid", "-edge_sharp", "-fine_conc", "motion_streak",
+             nr=("reblur", "-mid_to_coarse", "-fine_to_mid_net", "-edge_sharp", "-fine_conc", "motion_streak",
                  "fine_orient_peak", "motion_streak_mid"),
              fr=_BLUR_FR,
              primary="motion_streak", primary_fr="fr_motion_len",
