@@ -796,3 +796,31 @@ def test_recipe_key_follows_the_synth_helpers_a_type_calls(monkeypatch):
     before = fc._recipe_key(contrast), fc._recipe_key(synth.TYPES["darken"])
     monkeypatch.setattr(synth, "_luma", lambda x: x.mean(axis=2))
     assert fc._recipe_key(contrast) != before[0] and fc._recipe_key(synth.TYPES["darken"]) == before[1]
+
+
+def test_mixed_damage_pairs_stand_beside_their_parts_alone(tmp_path, monkeypatch):
+    """benchmarks/mixed_damage.py compares each blur-under-noise pair with its two parts alone, read from the statistics
+    cache: each part must be the very damage the cache measured (same ladder, parameter and random draws)."""
+    import mixed_damage as md
+
+    photo = tmp_path / "src__p.png"
+    Image.fromarray((synth.load_reference("chelsea", (96, 64)) * 255).astype(np.uint8)).save(photo)
+    types = dict(synth.TYPES)
+    monkeypatch.setattr(synth, "TYPES", {n: types[n] for n in ("gaussian blur", "white noise")})
+    monkeypatch.setattr(md, "BLURS", ("gaussian blur",))
+    monkeypatch.setattr(md, "NOISES", ("white noise",))
+    cached = fc.measure_photo((str(photo), False, fc._code_key(), str(tmp_path)))
+    x = np.asarray(Image.open(photo).convert("RGB"), dtype=np.float32) / 255
+    alt = {(r["type"], r["level"]): r["nr"] for r in cached["rows"] if r["ladder"] == "alt"}
+    for level in md.LEVELS:
+        blurred = md._damaged(x, photo.stem, "gaussian blur", level)
+        assert fc.st.measure(blurred) == alt[("gaussian blur", level)]
+        assert fc.st.measure(md._damaged(x, photo.stem, "white noise", level)) == alt[("white noise", level)]
+
+    pairs = md.measure_pairs(str(photo))
+    assert sorted(pairs) == [f"gaussian blur|white noise|{lv}" for lv in md.LEVELS]
+    rows = md.score_photo(cached, pairs, sv.load_thresholds())
+    for r in rows:
+        assert r["below_both"] == (r["score"] < min(r["blur_alone"], r["noise_alone"]))
+    summary = md.summarize(rows)
+    assert summary["all"]["n"] == 3 and summary["all"]["noise_named"] == np.mean([r["noise_named"] for r in rows])

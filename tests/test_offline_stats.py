@@ -93,10 +93,11 @@ def test_fine_to_mid_net_of_noise_sees_a_blur_under_the_noise():
     noisy_blur = np.clip(distort(blurred, "white noise", 3, key="t"), 0, 1)
     clean, blur, both = st.measure(x), st.measure(blurred), st.measure(noisy_blur)
     assert clean["noise_scales"] < 1 and clean["fine_to_mid_net"] == pytest.approx(clean["fine_to_mid"], abs=0.01)
-    assert both["fine_to_mid"] > clean["fine_to_mid"]  # the raw ratio: sharper than the clean photo
-    assert abs(both["fine_to_mid_net"] - blur["fine_to_mid_net"]) < 0.25 < clean["fine_to_mid_net"] - both["fine_to_mid_net"]
-    # Noise alone is taken out, not over-corrected into a blur.
+    # The raw ratio reads the blurred photo with noise sharper than the clean one; net of the noise, blurrier.
+    assert blur["fine_to_mid_net"] < both["fine_to_mid_net"] < clean["fine_to_mid_net"] < both["fine_to_mid"]
+    # Noise alone is taken out (a little under-estimated, never over-corrected into a blur).
     noisy = st.measure(np.clip(distort(x, "white noise", 3, key="t"), 0, 1))
+    assert noisy["fine_to_mid"] - 0.3 > noisy["fine_to_mid_net"] > clean["fine_to_mid_net"]
     assert noisy["fine_to_mid_net"] == pytest.approx(clean["fine_to_mid_net"], abs=0.15)
 
 
