@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from canned import CannedVLM, Reply, disable_dspy_cache, valid_reply, write_test_image
 
 from agentic_iqa.agents.vlm import VLMRoles
-from agentic_iqa.api import Assessor
+from agentic_iqa.api import UNUSABLE_BACKEND, Assessor
 from agentic_iqa.batch import (
     BatchError,
     BatchItem,
@@ -599,6 +599,33 @@ def test_retry_failed_redoes_answers_the_offline_analyst_gave_during_an_outage(t
                                                                                          UNREACHABLE_STREAK)
     recs = lines(out)
     assert len(recs) == len(imgs) and all(r["backend"].startswith("vlm") for r in recs), [r["backend"] for r in recs]
+
+
+def test_retry_failed_redoes_answers_the_offline_analyst_gave_for_unusable_replies(tmp_path, registry):
+    # A server that answered 200 with no usable reply (here: prose where JSON was asked, every time) made every item
+    # "offline analyst (no usable model reply: ...)". Once the server is fixed, --retry-failed redid only the
+    # unreachable ones: these stayed, and the results file mixed the analyst's answers with the model's.
+    from fake_openai import FakeOpenAIServer, Reply, scripted
+
+    imgs = images(tmp_path / "in", 2)
+    items = [BatchItem(image=str(p)) for p in imgs]
+    out = tmp_path / "r.jsonl"
+    broken = [True]
+    good = scripted({"plan": valid_reply("plan"), "detect": valid_reply("detect"), "analyze": valid_reply("analyze"),
+                     "select": SELECT_PIQE, "score": valid_reply("score", level="B"), "explain": valid_reply("explain")})
+    prose = Reply("I think the image looks fine overall.")
+    with FakeOpenAIServer(lambda body: prose if broken[0] else good(body)) as srv:
+        cfg = load_settings(tmp_path, lm="openai/fake-vlm", api_base=srv.base_url, cache={"enabled": False})
+        first = run_batch(items, out, Assessor(cfg, registry=registry), concurrency=1)
+        assert first.ok == 2 and all(r["backend"].startswith(UNUSABLE_BACKEND) for r in lines(out)), lines(out)
+        broken[0] = False
+        kept = run_batch(items, out, Assessor(cfg, registry=registry), resume=True)
+        assert kept.ran == 0 and kept.already_done == 2
+        assert any("no usable reply" in n and "--retry-failed" in n for n in kept.notes), kept.notes
+        redone = run_batch(items, out, Assessor(cfg, registry=registry), retry_failed=True)
+    assert (redone.ran, redone.already_done, redone.replaced_lines) == (2, 0, 2)
+    recs = lines(out)
+    assert len(recs) == 2 and all(r["backend"].startswith("vlm") for r in recs), [r["backend"] for r in recs]
 
 
 def test_resume_with_another_configuration_says_why_nothing_was_skipped(tmp_path, settings, registry):

@@ -319,11 +319,13 @@ class BatchSummary:
         }
 
 
-def answered_in_outage(record: dict) -> bool:
-    """Whether a results line is the offline analyst's fallback answer while the LM was unreachable."""
-    from agentic_iqa.api import UNREACHABLE_BACKEND
+def answered_without_the_model(record: dict) -> bool:
+    """Whether a results line is the offline analyst's fallback answer: the LM was unreachable, or every stage that
+    asked it got no usable reply (a server answering with no chat completion, a model that never wrote the format)."""
+    from agentic_iqa.api import UNREACHABLE_BACKEND, UNUSABLE_BACKEND
 
-    return record.get("status") == "ok" and str(record.get("backend") or "").startswith(UNREACHABLE_BACKEND)
+    return record.get("status") == "ok" and str(record.get("backend") or "").startswith((UNREACHABLE_BACKEND,
+                                                                                         UNUSABLE_BACKEND))
 
 
 def plan_resume(
@@ -334,9 +336,9 @@ def plan_resume(
     Returns (to_run, identities whose old lines must go, counts). An item is done when a complete
     `ok` line has its key. A `failed` line settles the item by identity (its file may be unreadable,
     so content cannot key it) unless `retry_failed`, or its files' contents are not those the failure saw.
-    With `retry_failed`, an `ok` line the offline analyst answered because the LM was unreachable
-    (`answered_in_outage`) counts as failed too: after an outage, the documented recovery redoes it
-    with the model instead of mixing models in one results file. An `ok` line with the item's identity but
+    With `retry_failed`, an `ok` line the offline analyst answered in the model's place (unreachable, or no
+    usable reply: `answered_without_the_model`) counts as failed too: after an outage or a broken server, the
+    documented recovery redoes it with the model instead of mixing models in one results file. An `ok` line with the item's identity but
     another key is a result for an older version of the file (or reference): the item runs again and
     the old line is replaced, so each item keeps exactly one line.
 
@@ -344,10 +346,10 @@ def plan_resume(
     earlier `ok` lines run with those lines' keys in `done_keys`, and whoever hashes them skips the
     done ones (`is_done`) and replaces the stale lines of the rest after writing their new ones."""
     ok_keys: dict[str, list[str]] = {}
-    outage: set[str] = set()  # identities answered by the offline analyst while the LM was down
+    outage: set[str] = set()  # identities the offline analyst answered in the model's place
     for r in state.records:
         if r.get("status") == "ok":
-            if retry_failed and answered_in_outage(r):  # not the configured model's answer: redone like a failure
+            if retry_failed and answered_without_the_model(r):  # not the configured model's answer: redone like a failure
                 outage.add(r.get("identity"))
             else:
                 ok_keys.setdefault(r.get("identity"), []).append(r["key"])
@@ -437,11 +439,11 @@ def plan_batch(
         summary.notes.append(f"{summary.failed_before} item(s) failed in an earlier run and were not retried (pass --retry-failed)")
     if not retry_failed:
         ids = {p.identity for p in unique}
-        fell_back = sum(1 for r in state.records if r.get("identity") in ids and answered_in_outage(r))
+        fell_back = sum(1 for r in state.records if r.get("identity") in ids and answered_without_the_model(r))
         if fell_back:
             summary.notes.append(
-                f"{fell_back} earlier result(s) were answered by the offline analyst because the LM was unreachable; "
-                "kept (pass --retry-failed to assess them again with the model)")
+                f"{fell_back} earlier result(s) were answered by the offline analyst because the LM was unreachable "
+                "or gave no usable reply; kept (pass --retry-failed to assess them again with the model)")
     return to_run, replace
 
 

@@ -53,7 +53,7 @@ def assess_command(
     manifest: Optional[Path] = typer.Option(None, "--manifest", "-m", help="Assess the rows of an eval manifest (JSONL; paths relative to it)."),
     recursive: bool = flag("--recursive", "-R", help="Also take images from subfolders of the folders given."),
     resume: bool = flag("--resume", help="Continue --out: skip images that already have a result line (and repair a cut-off last line)."),
-    retry_failed: bool = flag("--retry-failed", help="Like --resume, and run again the images that failed before, and those the offline analyst answered because the LM was unreachable."),
+    retry_failed: bool = flag("--retry-failed", help="Like --resume, and run again the images that failed before, and those the offline analyst answered because the LM was unreachable or gave no usable reply."),
     overwrite: bool = flag("--overwrite", help="Start --out afresh even if it holds results."),
     concurrency: int = typer.Option(4, "--concurrency", "-j", min=1, max=64, help="Images assessed at once (LM calls overlap; tool runs take turns)."),
     allow_absolute: bool = flag("--allow-absolute", help=ALLOW_ABSOLUTE_HELP),
