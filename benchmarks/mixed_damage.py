@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -111,10 +111,13 @@ def main(argv=None) -> int:
     if blind:
         fc.check_blind_names(set(args.blind_source))
     photos = fc.build_corpus(fc.DEFAULT_CACHE, 512, blind=blind, only=set(args.blind_source) if blind else None)
-    measured = fc.measure_corpus(photos, fc.DEFAULT_CACHE, args.workers, f"blind-512" if blind else "512")
-    chosen = [i for i, p in enumerate(photos)
-              if args.per_source <= 0 or blind or
-              sum(q["source"] == p["source"] for q in photos[:i]) < args.per_source]
+    measured = fc.measure_corpus(photos, fc.DEFAULT_CACHE, args.workers, "blind-512" if blind else "512")
+    seen: Counter = Counter()  # photos taken so far from each source
+    chosen = []
+    for i, p in enumerate(photos):
+        if blind or args.per_source <= 0 or seen[p["source"]] < args.per_source:
+            chosen.append(i)
+        seen[p["source"]] += 1
     print(f"{len(chosen)} photos, {len(BLURS) * len(NOISES) * len(LEVELS)} pairs each: measuring...", flush=True)
     with ProcessPoolExecutor(args.workers) as pool:
         pairs = dict(zip(chosen, pool.map(measure_pairs, [photos[i]["path"] for i in chosen])))

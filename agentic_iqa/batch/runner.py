@@ -338,19 +338,19 @@ def plan_resume(
     so content cannot key it) unless `retry_failed`, or its files' contents are not those the failure saw.
     With `retry_failed`, an `ok` line the offline analyst answered in the model's place (unreachable, or no
     usable reply: `answered_without_the_model`) counts as failed too: after an outage or a broken server, the
-    documented recovery redoes it with the model instead of mixing models in one results file. An `ok` line with the item's identity but
-    another key is a result for an older version of the file (or reference): the item runs again and
-    the old line is replaced, so each item keeps exactly one line.
+    documented recovery redoes it with the model instead of mixing models in one results file. An `ok` line
+    with the item's identity but another key is a result for an older version of the file (or reference):
+    the item runs again and the old line is replaced, so each item keeps exactly one line.
 
     Items only identified (not hashed: `identify_item`) are decided by identity here; the ones with
     earlier `ok` lines run with those lines' keys in `done_keys`, and whoever hashes them skips the
     done ones (`is_done`) and replaces the stale lines of the rest after writing their new ones."""
     ok_keys: dict[str, list[str]] = {}
-    outage: set[str] = set()  # identities the offline analyst answered in the model's place
+    without_model: set[str] = set()  # identities the offline analyst answered in the model's place
     for r in state.records:
         if r.get("status") == "ok":
             if retry_failed and answered_without_the_model(r):  # not the configured model's answer: redone like a failure
-                outage.add(r.get("identity"))
+                without_model.add(r.get("identity"))
             else:
                 ok_keys.setdefault(r.get("identity"), []).append(r["key"])
     # The file contents each failed line saw: a failure is settled only while its files are unchanged. Its
@@ -361,7 +361,7 @@ def plan_resume(
         if r.get("status") == "failed":
             failed_contents.setdefault(r.get("identity"), set()).add((r.get("image_sha256"), r.get("reference_sha256")))
             failed_keys.setdefault(r.get("identity"), set()).add(r.get("key"))
-    failed_identities = set(failed_contents) | outage
+    failed_identities = set(failed_contents) | without_model
     to_run: list[PreparedItem] = []
     replace: set[str] = set()
     counts = {"already_done": 0, "failed_before": 0}
