@@ -683,9 +683,11 @@ def test_the_reasoning_says_when_no_tool_ran(tmp_path, astronaut):
         assert "with no tool score to fuse: no tool ran (tools score the whole image" in text, text
 
 
-def test_a_region_question_says_the_whole_image_was_measured(tmp_path, astronaut):
-    # "Is the bottom half blurry?" (bottom half blurred) was answered B for the whole frame, and "Is the sky noisy?"
-    # showed a "sky" row, though nothing is measured per region: the answer now says whose measurements it is.
+def test_a_part_of_the_frame_is_measured_alone(tmp_path, astronaut):
+    # "Is the bottom half blurry?" (bottom half blurred, level 4) was answered B: the whole frame was measured, and the
+    # sharp half kept every whole-image statistic in the clean range. A part of the frame is now measured alone, from
+    # the same working-size copy, with and without the reference; a region the analyst cannot place still gets the
+    # whole image's measurements and says so.
     import agentic_iqa
     from PIL import Image
 
@@ -694,18 +696,58 @@ def test_a_region_question_says_the_whole_image_was_measured(tmp_path, astronaut
     half = np.array(astronaut, copy=True)
     h = half.shape[0] // 2
     half[h:] = distort(astronaut, "gaussian blur", 4)[h:]
-    path = tmp_path / "halfblur.png"
+    path, ref = tmp_path / "halfblur.png", tmp_path / "ref.png"
     Image.fromarray(to_uint8(half)).save(path)
-    for query, region in (("Is the bottom half blurry? A. Yes B. No", "bottom half"), ("Is the sky noisy?", "sky")):
-        r = agentic_iqa.assess(str(path), query, config=tmp_path, backend="offline", use_cache=False)
-        assert r.plan.query_scope == [region]
-        assert r.result.quality_reasoning.startswith(
-            f"The offline analyst measured the whole image, not the {region} alone; a VLM (--lm) can look at it. "), r.result
-        rows = r.evidence.distortion_analysis[region]
-        assert rows and all(d.explanation.endswith(f"Measured on the whole image, not the {region}.") for d in rows)
-    whole = agentic_iqa.assess(str(path), "Is the image blurry? A. Yes B. No", config=tmp_path, backend="offline",
-                               use_cache=False)
-    assert "whole image" not in whole.result.quality_reasoning
+    Image.fromarray(to_uint8(astronaut)).save(ref)
+
+    def ask(query, reference=None):
+        return agentic_iqa.assess(str(path), query, reference=reference, config=tmp_path, backend="offline",
+                                  use_cache=False)
+
+    for reference in (None, str(ref)):
+        bottom, top = ask("Is the bottom half blurry? A. Yes B. No", reference), ask("Is the top half blurry? A. Yes B. No", reference)
+        assert (bottom.answer, top.answer) == ("A", "B"), (reference, bottom.result, top.result)
+        assert bottom.result.quality_reasoning.startswith("Measured on the bottom half of the frame alone. "), bottom.result
+        rows = bottom.evidence.distortion_analysis["bottom half"]
+        assert rows and all(d.explanation.endswith("Measured on the bottom half of the frame.") for d in rows)
+    assert ask("Is the top half sharp? A. Yes B. No").answer == "A"
+    # Two parts set against each other, either way round; the same pair asked as "less damage" turns the answer.
+    assert ask("Is the bottom half blurrier than the top half? A. Yes B. No").answer == "A"
+    assert ask("Is the top half blurrier than the bottom half? A. Yes B. No").answer == "B"
+    assert ask("Is the top half sharper than the bottom half?").answer.startswith(
+        "Yes — blur: none in the top half, "), "sharper = less blur"
+    # A rating of a part is that part's.
+    assert ask("Rate the bottom half").result.score < 2.5 < ask("Rate the top half").result.score
+    # An object placed in a part is measured through the part, and the answer says the object was not found.
+    placed = ask("Is the dog at the bottom blurry? A. Yes B. No")
+    assert placed.answer == "A" and placed.result.quality_reasoning.startswith(
+        "The offline analyst cannot find the dog; it measured the bottom of the frame, where the question places it. ")
+    # A region the analyst cannot place: the whole image's measurements, said so.
+    sky = ask("Is the sky noisy?")
+    assert sky.plan.query_scope == ["sky"]
+    assert sky.result.quality_reasoning.startswith(
+        "The offline analyst measured the whole image, not the sky alone; a VLM (--lm) can look at it. "), sky.result
+    assert all(d.explanation.endswith("Measured on the whole image, not the sky.")
+               for d in sky.evidence.distortion_analysis["sky"])
+    whole = ask("Is the image blurry? A. Yes B. No")
+    assert "whole image" not in whole.result.quality_reasoning and "of the frame" not in whole.result.quality_reasoning
+
+
+def test_a_part_too_small_to_measure_falls_back_to_the_whole_image(tmp_path, astronaut):
+    import agentic_iqa
+    from PIL import Image
+
+    from agentic_iqa.bench.synth import to_uint8
+
+    small = tmp_path / "small.png"
+    Image.fromarray(to_uint8(astronaut[::4, ::4])).save(small)  # 128 x 128: a corner third is 43 px
+    r = agentic_iqa.assess(str(small), "Is the top-left corner noisy? A. Yes B. No", config=tmp_path,
+                           backend="offline", use_cache=False)
+    assert r.result.quality_reasoning.startswith(
+        "The top-left corner of the frame is too small to measure alone, so the offline analyst measured the whole "
+        "image. "), r.result
+    assert all(d.explanation.endswith("Measured on the whole image: the top-left corner of the frame is too small to "
+                                      "measure alone.") for d in r.evidence.distortion_analysis["top-left corner"])
 
 
 def test_a_question_about_content_is_not_answered_with_a_distortion(tmp_path, astronaut):

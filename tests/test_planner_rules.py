@@ -70,6 +70,34 @@ def test_a_part_of_the_frame_is_a_region(query, scope):
     assert p.plan.tool_execution is (scope == ["Global"])
 
 
+@pytest.mark.parametrize("query,box,subject", [
+    ("Is the bottom half blurry?", (0.5, 0, 1, 1), None),
+    ("Is the upper part sharp?", (0, 0, 0.5, 1), None),
+    ("Is the left side of the image too dark?", (0, 0, 1, 0.5), None),
+    ("Is the right-hand side noisy?", (0, 0.5, 1, 1), None),
+    ("Is the top-left corner noisy?", (0, 0, 1 / 3, 1 / 3), None),
+    ("Is the image blurry in the bottom right corner?", (2 / 3, 2 / 3, 1, 1), None),
+    ("Is the top-right quarter noisy?", (0, 0.5, 0.5, 1), None),    # a quadrant
+    ("Is the far left edge dark?", (0, 0, 1, 0.125), None),
+    ("Is the centre sharp?", (0.25, 0.25, 0.75, 0.75), None),
+    ("Is the boat on the left sharp?", (0, 0, 1, 0.5), "boat"),
+    ("Is the tree in the center blurry?", (0.25, 0.25, 0.75, 0.75), "tree"),
+    ("Is the sign in the top left corner blurry?", (0, 0, 1 / 3, 1 / 3), "sign"),
+    ("Is the sky blurry?", None, None),                              # an object: no place in the frame
+    ("Is the tree near the house blurry?", None, None),              # a place that is not a part of the frame
+    ("Is the left corner dark?", None, None),                        # which corner?
+])
+def test_a_part_of_the_frame_has_a_place(query, box, subject):
+    from agentic_iqa.agents.planner_rules import frame_part, named_regions
+
+    (region,) = named_regions(query)
+    part = frame_part(region)
+    if box is None:
+        assert part is None, part
+    else:
+        assert (part.top, part.left, part.bottom, part.right) == pytest.approx(box) and part.subject == subject
+
+
 def test_named_distortions_keep_the_vocabulary_order_or_the_text_order():
     assert named_distortions("Is the noise worse than the blur?") == ["Blurs", "Noise"]
     assert named_distortions("Is the noise worse than the blur?", in_text_order=True) == ["Noise", "Blurs"]

@@ -6,6 +6,7 @@ and as the reference the planner fixtures and metrics are checked against.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Iterable, Optional
 
 from signatures.models import (
@@ -137,9 +138,14 @@ def _is_distortion_word(word: str) -> bool:
     return any(re.fullmatch(pattern, word, re.I) for pattern, _ in _DISTORTION_WORDS)
 
 
-# A location phrase that belongs to the object before it: "the tree [in the center]", "the boat [on the left]".
+# Position words, and the words for a part of the frame they qualify ("the bottom half", "the top-left corner").
+_POSITION_WORDS = r"top|bottom|upper|lower|left|right|left-hand|right-hand|centre|center|middle|far"
+_PART_NOUNS = r"half|part|side|corner|edge|third|quarter|area|region|portion|section|border"
+# A location phrase that belongs to the object before it: "the tree [in the center]", "the boat [on the left]",
+# "the sign [in the top left corner]".
 _LOCATION = re.compile(
-    r"\s+((?:in|on|at|near|behind|under|above|below|beside|by|along)\s+(?:the|this|that)\s+([a-z][a-z\-]*))", re.I)
+    r"\s+((?:in|on|at|near|behind|under|above|below|beside|by|along)\s+(?:the|this|that)\s+"
+    rf"((?:(?:{_POSITION_WORDS})[- ])+(?:{_PART_NOUNS})\b|[a-z][a-z\-]*))", re.I)
 
 
 def _object_word(word: str, excluded: set) -> bool:
@@ -149,9 +155,7 @@ def _object_word(word: str, excluded: set) -> bool:
 
 # A part of the frame: "the bottom half", "the top-left corner", "the left side" ("bottom", "left" alone are not
 # objects: "on the left" places the object before it).
-_PART = re.compile(
-    r"(?:the|this|that|its)\s+((?:(?:top|bottom|upper|lower|left|right|left-hand|right-hand|centre|center|middle|far)[- ])+"
-    r"(?:half|part|side|corner|edge|third|quarter|area|region|portion|section|border))\b", re.I)
+_PART = re.compile(rf"(?:the|this|that|its)\s+((?:(?:{_POSITION_WORDS})[- ])+(?:{_PART_NOUNS}))\b", re.I)
 
 
 def named_regions(text: str, exclude: Iterable[str] = ()) -> list[str]:
@@ -187,6 +191,59 @@ def named_regions(text: str, exclude: Iterable[str] = ()) -> list[str]:
         if phrase not in regions:
             regions.append(phrase)
     return regions
+
+
+@dataclass(frozen=True)
+class FramePart:
+    """A part of the frame as fractions of its height (rows ``top``..``bottom``) and width (columns
+    ``left``..``right``), how an answer names it ("bottom half": "the bottom half of the frame") and the object the
+    question places there, if any ("boat" in "the boat on the left")."""
+    top: float
+    left: float
+    bottom: float
+    right: float
+    name: str
+    subject: Optional[str] = None
+
+
+# How far a part reaches from its side of the frame (a fraction of the height or width).
+_PART_EXTENT = {"third": 1 / 3, "quarter": 0.25, "corner": 1 / 3, "edge": 0.25, "border": 0.25}
+# Location words that place an object in the frame ("on the left"); others ("behind the house") do not.
+_PLACING = re.compile(r"\b(?:in|on|at|near|along)\s+(?:the|this|that)\s+(.+)$", re.I)
+
+
+def frame_part(region: str) -> Optional[FramePart]:
+    """Where in the frame a region of ``named_regions`` lies, when its words say so: 'bottom half', 'top-left
+    corner', 'left third', 'boat on the left' (the left half: the object itself cannot be found without a model),
+    'tree in the center' (the middle half of each side); None for an object alone ('sky') or a place that is not a
+    part of the frame ('tree near the house')."""
+    words, subject = region.lower(), None
+    placed = _PLACING.search(words)
+    if placed:
+        words, subject = placed.group(1), words[: placed.start()].strip() or None
+    tokens = [t for t in re.split(r"[\s-]+", words) if t and t != "hand"]
+    noun = tokens[-1] if tokens and re.fullmatch(_PART_NOUNS, tokens[-1]) else None
+    position = tokens[:-1] if noun else tokens
+    if not position or not all(re.fullmatch(_POSITION_WORDS, t) for t in position):
+        return None
+    rows = {"top", "upper"} & set(position) and "top" or {"bottom", "lower"} & set(position) and "bottom" or None
+    cols = "left" if "left" in position else "right" if "right" in position else None
+    centred = bool({"centre", "center", "middle"} & set(position))
+    if (rows is None and cols is None and not centred) or (noun == "corner" and (rows is None or cols is None)):
+        return None  # "the far side", "the left corner": no one part of the frame
+    extent = _PART_EXTENT.get(noun, 0.5)
+    if noun == "quarter" and rows and cols:
+        extent = 0.5  # "the top-left quarter": a quadrant
+    if "far" in position:
+        extent /= 2  # "the far left": the outer part of that side
+
+    def span(side: Optional[str], start: str) -> tuple[float, float]:
+        if side is not None:
+            return (0.0, extent) if side == start else (1.0 - extent, 1.0)
+        return (0.5 - extent / 2, 0.5 + extent / 2) if centred else (0.0, 1.0)  # "the top center": the middle
+
+    (top, bottom), (left, right) = span(rows, "top"), span(cols, "left")
+    return FramePart(top, left, bottom, right, " ".join(words.split()), subject)
 
 
 _SHARP_WORDS = re.compile(rf"\b(?:{_SHARP_TERMS})\b", re.I)

@@ -28,10 +28,12 @@ from typing import Optional
 from agentic_iqa.agents.context import AssessmentContext
 from agentic_iqa.agents.planner_rules import (
     RATING_WORDS,
+    FramePart,
     WH_QUESTION,
     YES_NO_QUESTION,
     asks_sharpness,
     distortion_mentions,
+    frame_part,
     mcq_options,
     named_distortions,
     question_part,
@@ -91,7 +93,9 @@ class OfflineRoles:
 
     # ── measurements, once per assessment ───────────────────────────────────────────────────────
 
-    def _analyses(self, ctx: AssessmentContext) -> dict:
+    def _analyses(self, ctx: AssessmentContext, plan: PlannerOutput) -> dict:
+        """{WHOLE: the whole image's analyses, FramePart: that part's} for every part of the frame the plan's
+        regions name ("the bottom half", "the boat on the left"), measured once per assessment."""
         def measure() -> dict:
             from agentic_iqa.offline import severity
 
@@ -106,23 +110,52 @@ class OfflineRoles:
                     f"the reference does not look like the same scene as the image (their layouts of edges correlate "
                     f"{similarity:.2f}; damaged copies of a photo measured 0.33 or more): the full-reference verdict "
                     "compares two different pictures; check the reference file"))
-            if reference is None:
-                return severity.analyze(image)
-            from agentic_iqa.offline.stats import measure
-
-            ref_stats, image_stats = _reference_stats(ref_hash, reference), measure(image)
-            swapped = looks_swapped(image_stats, ref_stats)
-            if swapped:
-                image_q, ref_q = swapped
-                worst = severity.ranked(severity.analyze_stats(ref_stats))[0]
-                ctx.trace.add("analyze", "note", (
-                    f"the reference itself measures worse than the image when each is judged alone (quality "
-                    f"{ref_q:.2f} against {image_q:.2f}; the reference shows {worst.severity} "
-                    f"{damage_name(worst.detector)}): the full-reference verdict takes the reference as the undamaged "
-                    "original, so check that the two files are not swapped"))
-            return severity.analyze(image, reference, reference_stats=ref_stats, image_stats=image_stats)
+            by_part = {WHOLE: self._whole(ctx, image, reference, ref_hash)}
+            for part in dict.fromkeys(_frame_parts(plan).values()):
+                crop = _crop(image, part)
+                if crop is not None:  # else too small to measure alone: the whole image's analyses stand in
+                    by_part[part] = severity.analyze(crop, _crop(reference, part) if reference is not None else None)
+            return by_part
 
         return ctx.once("offline_analyses", measure)
+
+    @staticmethod
+    def _whole(ctx: AssessmentContext, image, reference, ref_hash) -> dict:
+        from agentic_iqa.offline import severity
+
+        if reference is None:
+            return severity.analyze(image)
+        from agentic_iqa.offline.stats import measure
+
+        ref_stats, image_stats = _reference_stats(ref_hash, reference), measure(image)
+        swapped = looks_swapped(image_stats, ref_stats)
+        if swapped:
+            image_q, ref_q = swapped
+            worst = severity.ranked(severity.analyze_stats(ref_stats))[0]
+            ctx.trace.add("analyze", "note", (
+                f"the reference itself measures worse than the image when each is judged alone (quality "
+                f"{ref_q:.2f} against {image_q:.2f}; the reference shows {worst.severity} "
+                f"{damage_name(worst.detector)}): the full-reference verdict takes the reference as the undamaged "
+                "original, so check that the two files are not swapped"))
+        return severity.analyze(image, reference, reference_stats=ref_stats, image_stats=image_stats)
+
+    def _region_analyses(self, ctx: AssessmentContext, plan: PlannerOutput, region: str) -> dict:
+        """The analyses a region's row is built from: its part of the frame's when it names one that was measured,
+        else the whole image's."""
+        by_part = self._analyses(ctx, plan)
+        return by_part.get(_frame_parts(plan).get(region), by_part[WHOLE])
+
+    def _answer_analyses(self, ctx: AssessmentContext, plan: PlannerOutput) -> dict:
+        """What the answer and the score are judged from: the part of the frame the question asks about; with
+        several ("Are the left and right sides sharp?"), each category at its worst among them; the whole image
+        when the question is about the image, or about anything the analyst cannot place (the sky)."""
+        by_part = self._analyses(ctx, plan)
+        regions = [r for r in plan.query_scope if r != GLOBAL]
+        parts = _frame_parts(plan)
+        measured = [by_part[parts[r]] for r in regions if r in parts and parts[r] in by_part]
+        if not regions or len(measured) < len(regions):
+            return by_part[WHOLE]
+        return {c: max((m[c] for m in measured), key=lambda a: a.level_raw) for c in measured[0]}
 
     # ── roles ───────────────────────────────────────────────────────────────────────────────────
 
@@ -133,19 +166,20 @@ class OfflineRoles:
         )
 
     def detect(self, ctx: AssessmentContext, plan: PlannerOutput) -> dict[str, list[str]]:
-        found = [a.category for a in _ranked(self._analyses(ctx)) if a.severity != "none"]
-        # Statistics are measured on the whole image; regions named in the query get the same findings.
-        return {obj: list(found) for obj in plan.query_scope}
+        # A region gets its part of the frame's findings, or the whole image's when it names no part.
+        return {obj: [a.category for a in _ranked(self._region_analyses(ctx, plan, obj)) if a.severity != "none"]
+                for obj in plan.query_scope}
 
     def analyze(self, ctx: AssessmentContext, plan: PlannerOutput, distortion_set) -> dict[str, list[DistortionAnalysis]]:
-        analyses = self._analyses(ctx)
-        targets = distortion_set or {obj: [a.category for a in _ranked(analyses) if a.severity != "none"] for obj in plan.query_scope}
         asked = bool(plan.distortions)  # categories named in the query are judged as the query means them
+        parts = _frame_parts(plan)
         out: dict[str, list[DistortionAnalysis]] = {}
-        for obj, categories in targets.items():
+        for obj in (distortion_set or {obj: None for obj in plan.query_scope}):
+            analyses = self._region_analyses(ctx, plan, obj)
+            categories = (distortion_set[obj] if distortion_set
+                          else [a.category for a in _ranked(analyses) if a.severity != "none"])
+            where = _where_measured(obj, parts.get(obj), parts.get(obj) in self._analyses(ctx, plan))
             items = []
-            # A region's row holds the whole image's measurements (nothing is measured per region): its line says so.
-            where = "" if obj == GLOBAL else f" Measured on the whole image, not the {obj}."
             for cat in categories:
                 a = analyses.get(cat)
                 if a is None:
@@ -170,7 +204,7 @@ class OfflineRoles:
     def summarize(self, ctx: AssessmentContext, plan: PlannerOutput, evidence: ExecutorOutput) -> SummarizerOutput:
         from agentic_iqa.offline import severity
 
-        analyses = self._analyses(ctx)
+        analyses = self._answer_analyses(ctx, plan)
         dist = severity.level_distribution(analyses)
         expected = severity.expected_level(dist)
         scores = unique_tool_scores(evidence)
@@ -179,14 +213,16 @@ class OfflineRoles:
         fused = self.fuse(dist, scores, mode,
                           prob_note=f"analyst distribution from measured severities (expected level {expected:.2f})"
                           + ("" if weighted or not scores else "; tools shown, not weighted (η 0, chosen on held-out photos)"))
-        reasoning = _scope_note(plan) + _reasoning(analyses, evidence, fused, expected, weighted, plan)
+        reasoning = _scope_note(plan, self._analyses(ctx, plan)) + _reasoning(analyses, evidence, fused, expected, weighted, plan)
         if ctx.scoring:
             return SummarizerOutput.from_fusion(
                 fused, reasoning,
                 fused.prob_note + (f"; tool mean {fused.qbar:.2f} from {len(scores)} score(s)" if fused.qbar is not None else "; no tool scores"),
                 prob_mode="analyst", query=ctx.query,
             )
-        answer = answer_question(ctx.query, plan, analyses, fused.level)
+        by_part, placed = self._analyses(ctx, plan), _frame_parts(plan)
+        parts = [(placed[r].name, by_part[placed[r]]) for r in plan.query_scope if r in placed and placed[r] in by_part]
+        answer = answer_question(ctx.query, plan, analyses, fused.level, parts=parts)
         if not asks_about_quality(ctx.query, plan):  # "What animal is in the picture?": say what it can't answer
             reasoning = "The offline analyst cannot see what the picture shows; a VLM (--lm) can. " + reasoning
         return SummarizerOutput(final_answer=answer, quality_reasoning=reasoning)
@@ -322,15 +358,70 @@ def _ranked(analyses: dict) -> list:
     return severity.ranked(analyses)
 
 
-def _scope_note(plan: PlannerOutput) -> str:
-    """A sentence for a question about a region ("Is the sky noisy?", "Is the bottom half blurry?"): the offline
-    analyst measures the whole frame and cannot localise, so its answer is the whole image's, and says so."""
-    regions = [r for r in plan.query_scope if r != GLOBAL]
-    if not regions:
+WHOLE = "whole image"  # the key of the whole image's analyses beside its parts
+# A part of the frame narrower than this (working-size pixels) is not measured alone: the statistics' patches and
+# band filters need room (a 512 x 384 photo's corner third is 170 x 128).
+MIN_PART_SIDE = 64
+
+
+def _frame_parts(plan: PlannerOutput) -> dict:
+    """{region: FramePart} for the plan's regions that name a part of the frame."""
+    return {r: part for r in plan.query_scope if r != GLOBAL and (part := frame_part(r)) is not None}
+
+
+def _crop(pixels, part: FramePart):
+    """The part of an H x W x 3 image, or None when it is smaller than MIN_PART_SIDE on a side. It is cut from
+    the working-size copy, so a part is measured at the same scale as the whole image."""
+    import numpy as np
+
+    h, w = pixels.shape[:2]
+    r0, r1, c0, c1 = round(part.top * h), round(part.bottom * h), round(part.left * w), round(part.right * w)
+    if min(r1 - r0, c1 - c0) < MIN_PART_SIDE:
+        return None
+    return np.ascontiguousarray(pixels[r0:r1, c0:c1])
+
+
+def _part_words(part: FramePart) -> str:
+    return f"the {part.name} of the frame"
+
+
+def _where_measured(region: str, part: Optional[FramePart], measured: bool) -> str:
+    """The end of a region's explanation: what its measurements are of."""
+    if region == GLOBAL:
         return ""
-    named = " or ".join(f"the {r}" for r in regions)
-    return (f"The offline analyst measured the whole image, not {named} alone; a VLM (--lm) can look at "
-            f"{'it' if len(regions) == 1 else 'them'}. ")
+    if part is None:
+        return f" Measured on the whole image, not the {region}."
+    if not measured:
+        return f" Measured on the whole image: {_part_words(part)} is too small to measure alone."
+    return f" Measured on {_part_words(part)}."
+
+
+def _scope_note(plan: PlannerOutput, by_part: Optional[dict] = None) -> str:
+    """Sentences for a question about a region: a part of the frame ("Is the bottom half blurry?") is measured
+    alone; an object placed in one ("the boat on the left") is measured through that part, since the analyst
+    cannot find the object itself; any other region ("Is the sky noisy?") gets the whole image's measurements,
+    and the note says so."""
+    by_part = by_part or {}
+    notes, unplaced, alone = [], [], []
+    for region in (r for r in plan.query_scope if r != GLOBAL):
+        part = frame_part(region)
+        if part is None:
+            unplaced.append(region)
+        elif part not in by_part:
+            notes.append(f"{_part_words(part)[:1].upper()}{_part_words(part)[1:]} is too small to measure alone, so "
+                         "the offline analyst measured the whole image.")
+        elif part.subject:
+            notes.append(f"The offline analyst cannot find the {part.subject}; it measured {_part_words(part)}, where "
+                         "the question places it.")
+        else:
+            alone.append(part.name)
+    if alone:
+        notes.insert(0, f"Measured on the {' and the '.join(alone)} of the frame{', each' if len(alone) > 1 else ''} alone.")
+    if unplaced:
+        named = " or ".join(f"the {r}" for r in unplaced)
+        notes.append(f"The offline analyst measured the whole image, not {named} alone; a VLM (--lm) can look at "
+                     f"{'it' if len(unplaced) == 1 else 'them'}.")
+    return "".join(n + " " for n in notes)
 
 
 def _why_no_tool(evidence: ExecutorOutput, plan: Optional[PlannerOutput]) -> str:
@@ -390,9 +481,17 @@ def _tool_disagrees(evidence: ExecutorOutput) -> str:
     return ""
 
 
-def answer_question(query: str, plan: PlannerOutput, analyses: dict, fused_level: str) -> str:
+def answer_question(query: str, plan: PlannerOutput, analyses: dict, fused_level: str,
+                    parts: Sequence[tuple[str, dict]] = ()) -> str:
     """Answer a multiple-choice, yes/no or open question about distortions from the measured severities,
-    and a yes/no question about the quality itself ("Is it of good quality?") from the fused level."""
+    and a yes/no question about the quality itself ("Is it of good quality?") from the fused level.
+    ``parts``: (name, analyses) of each part of the frame the question names, in its order, for a question that
+    compares two ("Is the left half noisier than the right half?")."""
+    compared = _parts_compared(query, plan, parts)
+    if compared is not None:
+        holds, found = compared
+        yes, no = _yes_no_labels(_option_texts(query)) if mcq_options(query) else (None, None)
+        return (yes if holds else no) if yes and no else ("Yes — " if holds else "No — ") + found
     if not asks_about_quality(query, plan):  # "What animal is this? A. Dog B. Cat": no letter is a guess it can stand by
         main = _main_distortion(analyses)
         return (f"The offline analyst answers quality questions only: quality {LEVEL_NAMES[fused_level].lower()}"
@@ -458,6 +557,32 @@ def answer_question(query: str, plan: PlannerOutput, analyses: dict, fused_level
         # "How is the quality of the face?", "How similar is it to the reference?" ask for the quality first
         return f"Quality {LEVEL_NAMES[fused_level].lower()} ({fused_level}); {main[0].lower()}{main[1:]}"
     return main
+
+
+# "Is the left half sharper / noisier than the right half?": the comparative before "than"; words for less damage
+# turn the comparison round.
+_COMPARATIVE_THAN = re.compile(r"\b(\w+er|more|less|worse)\s+(?:\w+\s+)?than\b", re.I)
+_LESS_DAMAGE = re.compile(r"sharper|crisper|clearer|cleaner|better|finer|less", re.I)
+
+
+def _parts_compared(query: str, plan: PlannerOutput, parts: Sequence[tuple[str, dict]]) -> Optional[tuple[bool, str]]:
+    """For a yes/no question setting two parts of the frame against each other on a named distortion ("Is the
+    left half noisier than the right half?"): (whether the first part has more of it, or less when asked so; the
+    severities found), else None. Severities are compared, so two in the same band are not told apart."""
+    question = question_part(query)
+    asked = [c for dists in (plan.distortions or {}).values() for c in dists]
+    comparative = _COMPARATIVE_THAN.search(question)
+    if len(parts) != 2 or not asked or comparative is None or not YES_NO_QUESTION.match(question) and not mcq_options(query):
+        return None
+    category = asked[0]
+    if any(category not in analyses for _, analyses in parts):
+        return None
+    (first, a), (second, b) = parts
+    rank_a, rank_b = (SEVERITY_RANK[_severity(x, category, query)] for x in (a, b))
+    fewer = bool(_LESS_DAMAGE.fullmatch(comparative.group(1)))
+    name = _name(category, query).lower()
+    found = f"{name}: {_severity(a, category, query)} in the {first}, {_severity(b, category, query)} in the {second}"
+    return (rank_a < rank_b if fewer else rank_a > rank_b), found
 
 
 # A negation in the question ("Is there no blur?", "Is it not blurry?", "Does it lack detail?"), not "… or not?",
