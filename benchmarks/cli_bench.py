@@ -1,7 +1,7 @@
 """Issue 14: what a user waits for — a cold one-photo `agentic-iqa assess --offline`, a warm assessment in one
 process, and `--help` — for two source trees side by side (before = a git revision, after = this tree).
 
-    .venv/bin/python benchmarks/cli_bench.py [--before main] [--repeats 3] [--warm-items 5] [--json out.json]
+    .venv/bin/python benchmarks/cli_bench.py [--before main] [--repeats 3] [--warm-items 5] [--query Q] [--json out.json]
 
 Images: scikit-image's astronaut as a 512×384 JPEG and upscaled (Lanczos) to a 4000×3000 (12 MP) JPEG,
 quality 90, like a phone photo's size (its content is soft: it is an upscale).
@@ -12,6 +12,7 @@ Warm: one fresh process per tree builds `create_assessor(offline=True)`, assesse
 then --warm-items times each (cache off); median per item, and its peak RSS.
 Where the time goes: the result's stage timings and tool logs (JSON) for the cold call, plus fresh-process
 import times. The machine is shared: the 1-minute load average is printed beside every figure.
+`--query`: ask this instead of the default rating, cold and warm (e.g. a question about a part of the frame).
 Nothing here is asserted in tests.
 """
 from __future__ import annotations
@@ -38,13 +39,14 @@ from agentic_iqa.api import create_assessor
 images, n = sys.argv[1:-1], int(sys.argv[-1])
 t0 = time.perf_counter()
 a = create_assessor(offline=True)
+kw = {"query": os.environ["CLI_BENCH_QUERY"]} if os.environ.get("CLI_BENCH_QUERY") else {}
 out = {"first": {}, "per_item": {}, "stages": {}, "tools": {}}
 for img in images:
-    t = time.perf_counter(); a.assess(img, use_cache=False); out["first"][img] = time.perf_counter() - t
+    t = time.perf_counter(); a.assess(img, use_cache=False, **kw); out["first"][img] = time.perf_counter() - t
 for img in images:
     times = []
     for _ in range(n):
-        t = time.perf_counter(); r = a.assess(img, use_cache=False); times.append(time.perf_counter() - t)
+        t = time.perf_counter(); r = a.assess(img, use_cache=False, **kw); times.append(time.perf_counter() - t)
     out["per_item"][img] = times
     out["stages"][img] = r.timings
     out["tools"][img] = list(dict.fromkeys((lg.tool_name, lg.execution_time, lg.working_size) for lg in r.evidence.tool_logs))
@@ -134,11 +136,12 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--warm-items", type=int, default=5)
     ap.add_argument("--skip-warm", action="store_true")
+    ap.add_argument("--query", help="ask this instead of the default rating (cold and warm)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="cli-bench-"))
-    env = {"AGENTIC_IQA_CACHE_DIR": str(work / "cache"), "HF_HUB_OFFLINE": "1"}
+    env = {"AGENTIC_IQA_CACHE_DIR": str(work / "cache"), "HF_HUB_OFFLINE": "1", "CLI_BENCH_QUERY": args.query or ""}
     images = make_images(work)
     reference = images.pop("reference")
     before = work / "before"
@@ -157,8 +160,9 @@ def main() -> None:
 
     order = ["before", "after"]
     # The FR call: the 512x384 JPEG against its lossless original (the JPEG's damage is what FR measures).
-    cold_calls = {size: [str(img)] for size, img in images.items()}
-    cold_calls["FR 512x384"] = [str(images["512x384"]), "--reference", str(reference)]
+    asked = ["-q", args.query] if args.query else []
+    cold_calls = {size: [str(img), *asked] for size, img in images.items()}
+    cold_calls["FR 512x384"] = [str(images["512x384"]), "--reference", str(reference), *asked]
     for size, call in cold_calls.items():
         runs: dict = {k: [] for k in trees}
         for rep in range(args.repeats):

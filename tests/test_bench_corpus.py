@@ -824,3 +824,33 @@ def test_mixed_damage_pairs_stand_beside_their_parts_alone(tmp_path, monkeypatch
         assert r["below_both"] == (r["score"] < min(r["blur_alone"], r["noise_alone"]))
     summary = md.summarize(rows)
     assert summary["all"]["n"] == 3 and summary["all"]["noise_named"] == np.mean([r["noise_named"] for r in rows])
+
+
+def test_region_questions_damage_one_half_and_ask_of_both(tmp_path, monkeypatch):
+    """benchmarks/region_questions.py damages one half of the frame (the rest untouched, with the draws of the
+    corpus's single damage) and keys the damaged half Yes, the other half No; the whole-image answer is one answer
+    for both halves."""
+    import region_questions as rq
+
+    photo = tmp_path / "src__p.png"
+    x = synth.load_reference("chelsea", (384, 256))
+    Image.fromarray((x * 255).astype(np.uint8)).save(photo)
+    monkeypatch.setattr(rq, "QUESTIONS", {"gaussian blur": rq.QUESTIONS["gaussian blur"]})
+    monkeypatch.setattr(rq, "LEVELS", (4,))
+    measured = rq.measure_photo((str(photo), 0))
+    half, stats = measured["gaussian blur|4"]
+    assert half == rq._which_half("gaussian blur", 4, 0) and set(stats) == {"whole", *rq.HALVES}
+    x8 = np.asarray(Image.open(photo).convert("RGB"), dtype=np.float32) / 255
+    damaged = rq._half_damaged(x8, np.zeros_like(x8), half)
+    part = rq.frame_part(half)
+    h, w = x8.shape[:2]
+    inside = damaged[round(part.top * h):round(part.bottom * h), round(part.left * w):round(part.right * w)]
+    assert not inside.any() and damaged.sum() > 0.4 * x8.sum()  # the half is replaced, the rest kept
+    rows = rq.score_photo(measured, sv.load_thresholds())
+    keyed = [r for r in rows if r["damage"] == "gaussian blur"]
+    assert sorted((r["half"], r["key"]) for r in keyed) == sorted([(half, True), (rq.OPPOSITE[half], False)])
+    assert len({r["whole_yes"] for r in keyed}) == 1  # the whole image gives the one answer to both
+    assert [r["part_yes"] for r in sorted(keyed, key=lambda r: not r["key"])] == [True, False]  # chelsea, level 4
+    assert len([r for r in rows if r["damage"] == "clean"]) == len(rq.HALVES)
+    summary = rq.summarize(rows)
+    assert summary["all"]["part"]["balanced"] == 1.0 and summary["all"]["whole"]["balanced"] == 0.5
