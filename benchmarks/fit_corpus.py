@@ -55,6 +55,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
@@ -510,6 +511,49 @@ def blind_report(cache: Path, size: int, thresholds_path: Path, workers: int, on
             for name, src in sources.items() if (idx := [i for i, p in enumerate(photos) if p["source"] == name])
         },
     }
+
+
+def add_probe_arguments(ap, per_source: int = 2) -> None:
+    """The options of a probe that damages corpus photos its own way (mixed_damage.py, region_questions.py): held
+    out by default, or the blind sources named with the shipped fit."""
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--per-source", type=int, default=per_source, help="photos per source (held out); 0: all")
+    ap.add_argument("--blind-source", action="append", metavar="NAME",
+                    help="score these blind (evaluation-only) sources with the shipped fit instead")
+    ap.add_argument("--thresholds", default=str(sv.THRESHOLDS_PATH), help="the fit --blind-source scores with")
+    ap.add_argument("--json", help="write the rows and the summary here")
+
+
+def probe_photos(args) -> tuple[list[dict], list[int]]:
+    """(the corpus a probe draws on, the indices of the photos it damages): every photo of the blind sources named,
+    else the first ``--per-source`` photos of every source."""
+    blind = bool(args.blind_source)
+    if blind:
+        check_blind_names(set(args.blind_source))
+    photos = build_corpus(DEFAULT_CACHE, 512, blind=blind, only=set(args.blind_source) if blind else None)
+    seen: Counter = Counter()  # photos taken so far from each source
+    chosen = []
+    for i, p in enumerate(photos):
+        if blind or args.per_source <= 0 or seen[p["source"]] < args.per_source:
+            chosen.append(i)
+        seen[p["source"]] += 1
+    return photos, chosen
+
+
+def probe_fits(args, photos: list[dict], measured: list[dict] | None = None) -> tuple[dict, str]:
+    """({source: the fit its photos are scored with}, the protocol in words): the shipped fit for blind sources,
+    else each source's fold fit (the analyst fitted without it; ``measured``: the corpus statistics, measured here
+    when not given)."""
+    if args.blind_source:
+        th = blind_safe_thresholds(Path(args.thresholds))
+        return ({p["source"]: th for p in photos},
+                "evaluation-only sources " + ", ".join(sorted(set(args.blind_source))) +
+                f", all their photos, scored with {_shown(Path(args.thresholds))}")
+    measured = measured if measured is not None else measure_corpus(photos, DEFAULT_CACHE, args.workers, "512")
+    sources = sorted({p["source"] for p in photos})
+    fits = {s: th for (s,), th in fits_without(photos, measured, [(s,) for s in sources], args.workers).items()}
+    return fits, (f"leave one source out over {len(sources)} sources (each scored by the analyst fitted without it), "
+                  f"the first {args.per_source} photos of each")
 
 
 def fetch_only(cache: Path, size: int) -> int:

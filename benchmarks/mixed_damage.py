@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections import Counter, defaultdict
+from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -99,39 +99,15 @@ def _print(title: str, summary: dict) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--per-source", type=int, default=2, help="photos per source (held out); 0: all")
-    ap.add_argument("--blind-source", action="append", metavar="NAME",
-                    help="score these blind (evaluation-only) sources with the shipped fit instead")
-    ap.add_argument("--thresholds", default=str(sv.THRESHOLDS_PATH), help="the fit --blind-source scores with")
-    ap.add_argument("--json", help="write the rows and the summary here")
+    fc.add_probe_arguments(ap)
     args = ap.parse_args(argv)
 
-    blind = bool(args.blind_source)
-    if blind:
-        fc.check_blind_names(set(args.blind_source))
-    photos = fc.build_corpus(fc.DEFAULT_CACHE, 512, blind=blind, only=set(args.blind_source) if blind else None)
-    measured = fc.measure_corpus(photos, fc.DEFAULT_CACHE, args.workers, "blind-512" if blind else "512")
-    seen: Counter = Counter()  # photos taken so far from each source
-    chosen = []
-    for i, p in enumerate(photos):
-        if blind or args.per_source <= 0 or seen[p["source"]] < args.per_source:
-            chosen.append(i)
-        seen[p["source"]] += 1
+    photos, chosen = fc.probe_photos(args)
+    measured = fc.measure_corpus(photos, fc.DEFAULT_CACHE, args.workers, "blind-512" if args.blind_source else "512")
     print(f"{len(chosen)} photos, {len(BLURS) * len(NOISES) * len(LEVELS)} pairs each: measuring...", flush=True)
     with ProcessPoolExecutor(args.workers) as pool:
         pairs = dict(zip(chosen, pool.map(measure_pairs, [photos[i]["path"] for i in chosen])))
-
-    if blind:
-        th = fc.blind_safe_thresholds(Path(args.thresholds))
-        fits = {p["source"]: th for p in photos}
-        protocol = ("evaluation-only sources " + ", ".join(sorted(set(args.blind_source))) +
-                    f", scored with {fc._shown(Path(args.thresholds))}")
-    else:
-        sources = sorted({p["source"] for p in photos})
-        fits = {s: th for (s,), th in fc.fits_without(photos, measured, [(s,) for s in sources], args.workers).items()}
-        protocol = (f"leave one source out over {len(sources)} sources (each scored by the analyst fitted without "
-                    f"it), the first {args.per_source} photos of each")
+    fits, protocol = fc.probe_fits(args, photos, measured)
     rows = []
     for i in chosen:
         for r in score_photo(measured[i], pairs[i], fits[photos[i]["source"]]):

@@ -94,8 +94,9 @@ class OfflineRoles:
     # ── measurements, once per assessment ───────────────────────────────────────────────────────
 
     def _analyses(self, ctx: AssessmentContext, plan: PlannerOutput) -> dict:
-        """{WHOLE: the whole image's analyses, FramePart: that part's} for every part of the frame the plan's
-        regions name ("the bottom half", "the boat on the left"), measured once per assessment."""
+        """{FramePart: that part's analyses} for every part of the frame the plan's regions name ("the bottom half",
+        "the boat on the left"), and {WHOLE: the whole image's} when anything needs them; measured once per
+        assessment."""
         def measure() -> dict:
             from agentic_iqa.offline import severity
 
@@ -110,11 +111,16 @@ class OfflineRoles:
                     f"the reference does not look like the same scene as the image (their layouts of edges correlate "
                     f"{similarity:.2f}; damaged copies of a photo measured 0.33 or more): the full-reference verdict "
                     "compares two different pictures; check the reference file"))
-            by_part = {WHOLE: self._whole(ctx, image, reference, ref_hash)}
-            for part in dict.fromkeys(_frame_parts(plan).values()):
+            placed = _frame_parts(plan)
+            by_part = {}
+            for part in dict.fromkeys(placed.values()):
                 crop = _crop(image, part)
                 if crop is not None:  # else too small to measure alone: the whole image's analyses stand in
                     by_part[part] = severity.analyze(crop, _crop(reference, part) if reference is not None else None)
+            # The whole image is measured unless every region is a part measured alone and no reference needs
+            # checking (its swapped-files note compares the whole image with the whole reference).
+            if reference is not None or any(placed.get(r) not in by_part for r in plan.query_scope):
+                by_part[WHOLE] = self._whole(ctx, image, reference, ref_hash)
             return by_part
 
         return ctx.once("offline_analyses", measure)
@@ -142,8 +148,8 @@ class OfflineRoles:
     def _region_analyses(self, ctx: AssessmentContext, plan: PlannerOutput, region: str) -> dict:
         """The analyses a region's row is built from: its part of the frame's when it names one that was measured,
         else the whole image's."""
-        by_part = self._analyses(ctx, plan)
-        return by_part.get(_frame_parts(plan).get(region), by_part[WHOLE])
+        by_part, part = self._analyses(ctx, plan), _frame_parts(plan).get(region)
+        return by_part[part] if part in by_part else by_part[WHOLE]
 
     def _answer_analyses(self, ctx: AssessmentContext, plan: PlannerOutput) -> dict:
         """What the answer and the score are judged from: the part of the frame the question asks about; with
