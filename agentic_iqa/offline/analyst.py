@@ -402,12 +402,11 @@ def _where_measured(region: str, part: Optional[FramePart], measured: bool) -> s
     return f" Measured on {_part_words(part)}."
 
 
-def _scope_note(plan: PlannerOutput, by_part: Optional[dict] = None) -> str:
+def _scope_note(plan: PlannerOutput, by_part: dict) -> str:
     """Sentences for a question about a region: a part of the frame ("Is the bottom half blurry?") is measured
     alone; an object placed in one ("the boat on the left") is measured through that part, since the analyst
     cannot find the object itself; any other region ("Is the sky noisy?") gets the whole image's measurements,
     and the note says so."""
-    by_part = by_part or {}
     notes, unplaced, alone = [], [], []
     for region in (r for r in plan.query_scope if r != GLOBAL):
         part = frame_part(region)
@@ -494,10 +493,13 @@ def answer_question(query: str, plan: PlannerOutput, analyses: dict, fused_level
     ``parts``: (name, analyses) of each part of the frame the question names, in its order, for a question that
     compares two ("Is the left half noisier than the right half?")."""
     compared = _parts_compared(query, plan, parts)
-    if compared is not None:
+    if compared is not None:  # options other than yes / no ("A. The left B. The right") are read as below
         holds, found = compared
-        yes, no = _yes_no_labels(_option_texts(query)) if mcq_options(query) else (None, None)
-        return (yes if holds else no) if yes and no else ("Yes — " if holds else "No — ") + found
+        if not mcq_options(query):
+            return ("Yes — " if holds else "No — ") + found
+        yes, no = _yes_no_labels(_option_texts(query))
+        if yes and no:
+            return yes if holds else no
     if not asks_about_quality(query, plan):  # "What animal is this? A. Dog B. Cat": no letter is a guess it can stand by
         main = _main_distortion(analyses)
         return (f"The offline analyst answers quality questions only: quality {LEVEL_NAMES[fused_level].lower()}"
