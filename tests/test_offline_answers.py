@@ -733,6 +733,38 @@ def test_a_part_of_the_frame_is_measured_alone(tmp_path, astronaut):
     assert "whole image" not in whole.result.quality_reasoning and "of the frame" not in whole.result.quality_reasoning
 
 
+def test_questions_about_two_parts_are_answered_part_by_part(tmp_path, astronaut):
+    # "Are the top and bottom halves sharp?" and "Which half is blurrier, the top or the bottom?" were planned for the
+    # whole image (two parts in one phrase were no region) and answered from it: "Yes — blur: none" with the bottom
+    # half blurred at level 4. Each part is now measured and answered alone, joined as the question joins them.
+    import agentic_iqa
+    from PIL import Image
+
+    from agentic_iqa.bench.synth import to_uint8
+
+    half = np.array(astronaut, copy=True)
+    h = half.shape[0] // 2
+    half[h:] = distort(astronaut, "gaussian blur", 4)[h:]
+    path = tmp_path / "halfblur.png"
+    Image.fromarray(to_uint8(half)).save(path)
+    assessor = agentic_iqa.create_assessor(offline=True, config=tmp_path)
+
+    def answer(query):
+        r = assessor.assess(str(path), query, use_cache=False)
+        assert r.plan.query_scope == ["top half", "bottom half"], (query, r.plan.query_scope)
+        return r.answer
+
+    assert answer("Are the top and bottom halves sharp?").startswith("No — top half: blur: none; bottom half: blur: ")
+    assert answer("Are the top and bottom halves sharp? A. Yes B. No") == "B"    # both must hold
+    assert answer("Is the top or the bottom half sharp? A. Yes B. No") == "A"    # one is enough
+    assert answer("Is the top or the bottom half blurry? A. Yes B. No") == "A"
+    assert answer("Are the top and bottom halves of good quality? A. Yes B. No") == "B"  # each part at its own level
+    assert answer("Which half is blurrier, the top or the bottom?").startswith("The bottom half — blur: none in the top half, ")
+    assert answer("Which half is sharper, the top or the bottom? A. The top B. The bottom") == "A"
+    assert answer("Which half is blurrier, the top or the bottom? A. Top B. Bottom C. Same") == "B"
+    assert answer("Which half is noisier, the top or the bottom? A. Top B. Bottom C. Neither") == "C"  # the same band
+
+
 def test_a_part_too_small_to_measure_falls_back_to_the_whole_image(tmp_path, astronaut):
     import agentic_iqa
     from PIL import Image

@@ -70,6 +70,19 @@ def test_a_part_of_the_frame_is_a_region(query, scope):
     assert p.plan.tool_execution is (scope == ["Global"])
 
 
+@pytest.mark.parametrize("query,scope", [
+    ("Are the top and bottom halves sharp?", ["top half", "bottom half"]),
+    ("Are both the left and the right sides noisy?", ["left side", "right side"]),
+    ("Is the left or the right side noisy?", ["left side", "right side"]),
+    ("Which half is blurrier, the top or the bottom?", ["top half", "bottom half"]),
+    ("Which side is darker, the left one or the right one?", ["left side", "right side"]),
+    ("Which corner is noisier, the top-left or the bottom-right?", ["top-left corner", "bottom-right corner"]),
+    ("Which is worse, the blur or the noise?", ["Global"]),  # two distortions, no part
+])
+def test_two_parts_in_one_phrase_are_two_regions(query, scope):
+    assert rule_plan(query, has_reference=False).query_scope == scope
+
+
 @pytest.mark.parametrize("query,box,subject", [
     ("Is the bottom half blurry?", (0.5, 0, 1, 1), None),
     ("Is the upper part sharp?", (0, 0, 0.5, 1), None),

@@ -158,15 +158,45 @@ def _object_word(word: str, excluded: set) -> bool:
 _PART = re.compile(rf"(?:the|this|that|its)\s+((?:(?:{_POSITION_WORDS})[- ])+(?:{_PART_NOUNS}))\b", re.I)
 
 
+# Two parts of the frame in one phrase: "the top and bottom halves", "the left or the right side", and a
+# question choosing between two: "Which half is blurrier, the top or the bottom?".
+_PLURAL_PART_NOUNS = {"halves": "half", "sides": "side", "parts": "part", "corners": "corner", "edges": "edge",
+                      "thirds": "third", "quarters": "quarter", "areas": "area", "regions": "region",
+                      "portions": "portion", "sections": "section", "borders": "border"}
+_POSITIONS = rf"(?:(?:{_POSITION_WORDS})[- ])*(?:{_POSITION_WORDS})"
+_TWO_PARTS = re.compile(
+    rf"\b(?:the|both(?:\s+the)?)\s+({_POSITIONS})\s+(?:and|or)\s+(?:the\s+)?({_POSITIONS})\s+"
+    rf"({'|'.join(_PLURAL_PART_NOUNS)}|{_PART_NOUNS})\b", re.I)
+_WHICH_PART = re.compile(
+    rf"\bwhich\s+({_PART_NOUNS})\b.*?\bthe\s+({_POSITIONS})(?:\s+(?:one|{_PART_NOUNS}))?\s*,?\s+or\s+"
+    rf"(?:the\s+)?({_POSITIONS})\b", re.I | re.S)
+
+
+def _paired_parts(text: str) -> tuple[list[str], list[tuple[int, int]]]:
+    """Parts of the frame named two at a time, as single parts ("top half", "bottom half"), and the spans they take."""
+    found, spans = [], []
+    for m in _TWO_PARTS.finditer(text):
+        noun = _PLURAL_PART_NOUNS.get(m.group(3).lower(), m.group(3).lower())
+        found += [f"{m.group(1).lower()} {noun}", f"{m.group(2).lower()} {noun}"]
+        spans.append(m.span())
+    for m in _WHICH_PART.finditer(text):
+        noun = m.group(1).lower()
+        found += [f"{m.group(2).lower()} {noun}", f"{m.group(3).lower()} {noun}"]
+        spans.append(m.span())
+    return found, spans
+
+
 def named_regions(text: str, exclude: Iterable[str] = ()) -> list[str]:
     """Objects/regions the query is about, each as a whole phrase: 'Is the sky blurry?' -> ['sky'];
     'the man's face' -> ['face']; 'the tree in the center' -> ['tree in the center'] (one object);
-    'Is the bottom half blurry?' -> ['bottom half'] (a part of the frame)."""
-    regions: list[str] = []
+    'Is the bottom half blurry?' -> ['bottom half'] (a part of the frame); 'the top and bottom halves' and 'Which
+    half is blurrier, the top or the bottom?' -> ['top half', 'bottom half']."""
+    regions, spans = _paired_parts(text)
+    regions = list(dict.fromkeys(regions))
     excluded = {e.lower() for e in exclude}
     taken = 0  # end of the last phrase: a location phrase's own noun is not a second object
     for m in _REGION.finditer(text):
-        if m.start() < taken:
+        if m.start() < taken or any(a <= m.start() < b for a, b in spans):
             continue
         part = _PART.match(text, m.start())
         if part:

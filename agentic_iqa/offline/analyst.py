@@ -40,7 +40,7 @@ from agentic_iqa.agents.planner_rules import (
     rule_plan,
 )
 from agentic_iqa.agents.tool_execution import unique_tool_scores
-from agentic_iqa.fusion import ScoreFusion
+from agentic_iqa.fusion import ScoreFusion, level_letter
 from signatures.models import (
     GLOBAL,
     LEVEL_NAMES,
@@ -493,13 +493,10 @@ def answer_question(query: str, plan: PlannerOutput, analyses: dict, fused_level
     ``parts``: (name, analyses) of each part of the frame the question names, in its order, for a question that
     compares two ("Is the left half noisier than the right half?")."""
     compared = _parts_compared(query, plan, parts)
-    if compared is not None:  # options other than yes / no ("A. The left B. The right") are read as below
-        holds, found = compared
-        if not mcq_options(query):
-            return ("Yes — " if holds else "No — ") + found
-        yes, no = _yes_no_labels(_option_texts(query))
-        if yes and no:
-            return yes if holds else no
+    if compared is not None and (answer := _answer_parts_compared(query, parts[0][0], *compared)) is not None:
+        return answer
+    if len(parts) > 1 and compared is None and (each := _answer_each_part(query, plan, parts)):
+        return each
     if not asks_about_quality(query, plan):  # "What animal is this? A. Dog B. Cat": no letter is a guess it can stand by
         main = _main_distortion(analyses)
         return (f"The offline analyst answers quality questions only: quality {LEVEL_NAMES[fused_level].lower()}"
@@ -568,29 +565,79 @@ def answer_question(query: str, plan: PlannerOutput, analyses: dict, fused_level
 
 
 # "Is the left half sharper / noisier than the right half?": the comparative before "than"; words for less damage
-# turn the comparison round.
+# turn the comparison round ("Which half is sharper, the top or the bottom?" too).
 _COMPARATIVE_THAN = re.compile(r"\b(\w+er|more|less|worse)\s+(?:\w+\s+)?than\b", re.I)
-_LESS_DAMAGE = re.compile(r"sharper|crisper|clearer|cleaner|better|finer|less", re.I)
+_LESS_DAMAGE = re.compile(r"\b(?:sharp|crisp|clear|clean|fine)(?:er|est)\b|\b(?:better|best|less|least)\b", re.I)
+_WHICH = re.compile(r"\s*which\b", re.I)
 
 
-def _parts_compared(query: str, plan: PlannerOutput, parts: Sequence[tuple[str, dict]]) -> Optional[tuple[bool, str]]:
-    """For a yes/no question setting two parts of the frame against each other on a named distortion ("Is the
-    left half noisier than the right half?"): (whether the first part has more of it, or less when asked so; the
-    severities found), else None. Severities are compared, so two in the same band are not told apart."""
+def _parts_compared(query: str, plan: PlannerOutput, parts: Sequence[tuple[str, dict]]
+                    ) -> Optional[tuple[Optional[str], str]]:
+    """For a question setting two parts of the frame against each other on a named distortion ("Is the left half
+    noisier than the right half?", "Which half is blurrier, the top or the bottom?"): (the part with more of it, or
+    less when asked so, None when both measure the same; the severities found), else None. Severities are compared,
+    so two in the same band are not told apart."""
     question = question_part(query)
     asked = [c for dists in (plan.distortions or {}).values() for c in dists]
+    if len(parts) != 2 or not asked or any(asked[0] not in analyses for _, analyses in parts):
+        return None
     comparative = _COMPARATIVE_THAN.search(question)
-    if len(parts) != 2 or not asked or comparative is None or not YES_NO_QUESTION.match(question) and not mcq_options(query):
+    which = bool(_WHICH.match(question))
+    if not which and (comparative is None or not (YES_NO_QUESTION.match(question) or mcq_options(query))):
         return None
     category = asked[0]
-    if any(category not in analyses for _, analyses in parts):
-        return None
     (first, a), (second, b) = parts
-    rank_a, rank_b = (SEVERITY_RANK[_severity(x, category, query)] for x in (a, b))
-    fewer = bool(_LESS_DAMAGE.fullmatch(comparative.group(1)))
-    name = _name(category, query).lower()
-    found = f"{name}: {_severity(a, category, query)} in the {first}, {_severity(b, category, query)} in the {second}"
-    return (rank_a < rank_b if fewer else rank_a > rank_b), found
+    sev_a, sev_b = _severity(a, category, query), _severity(b, category, query)
+    fewer = bool(_LESS_DAMAGE.search(comparative.group(1) if comparative else question)) or (
+        which and asks_sharpness(query))
+    found = f"{_name(category, query).lower()}: {sev_a} in the {first}, {sev_b} in the {second}"
+    if SEVERITY_RANK[sev_a] == SEVERITY_RANK[sev_b]:
+        return None, found
+    return (first if (SEVERITY_RANK[sev_a] > SEVERITY_RANK[sev_b]) != fewer else second), found
+
+
+def _answer_each_part(query: str, plan: PlannerOutput, parts: Sequence[tuple[str, dict]]) -> Optional[str]:
+    """A yes/no question about several parts of the frame ("Are the top and bottom halves sharp?", "Is the left or
+    the right side noisy?"), answered for each part and joined as the question joins them: "or" / "either" needs
+    one part, otherwise every part must hold. None for other questions."""
+    question = question_part(query)
+    options = mcq_options(query)
+    yes, no = _yes_no_labels(_option_texts(query)) if options else (None, None)
+    if not (YES_NO_QUESTION.match(question) if not options else yes and no):
+        return None
+    from agentic_iqa.offline import severity
+
+    # Each part at its own level ("Are the top and bottom halves of good quality?"), the analyst's alone.
+    answers = {name: answer_question(query, plan, analyses,
+                                     level_letter(severity.expected_level(severity.level_distribution(analyses))))
+               for name, analyses in parts}
+    said_yes = {name: a == yes if options else a.startswith("Yes") for name, a in answers.items()}
+    any_part = bool(re.search(r"\b(?:or|either)\b", question, re.I)) and not re.search(r"\b(?:and|both)\b", question, re.I)
+    holds = any(said_yes.values()) if any_part else all(said_yes.values())
+    if options:
+        return yes if holds else no
+    return ("Yes — " if holds else "No — ") + "; ".join(
+        f"{name}: {a.split(' — ', 1)[-1]}" for name, a in answers.items())
+
+
+def _answer_parts_compared(query: str, first: str, winner: Optional[str], found: str) -> Optional[str]:
+    """The answer to a comparison of two parts: a letter when the options say yes / no or name the parts (by their
+    position words: "A. The top B. The bottom"), else a sentence; None when options name neither."""
+    options = mcq_options(query)
+    if not options:
+        if _WHICH.match(question_part(query)):
+            return (f"The {winner} — " if winner else "They measure the same — ") + found
+        return ("Yes — " if winner == first else "No — ") + found
+    texts = _option_texts(query)
+    yes, no = _yes_no_labels(texts)
+    if yes and no:
+        return yes if winner == first else no
+    if winner is None:
+        same = [k for k, v in texts.items() if re.search(r"\b(?:same|equal|neither|both|no difference)\b", v, re.I)]
+        return same[0] if len(same) == 1 else None
+    words = [w for w in re.split(r"[\s-]+", winner) if re.fullmatch(r"top|bottom|upper|lower|left|right|cent(?:er|re)|middle", w)]
+    named = [k for k, v in texts.items() if all(re.search(rf"\b{w}\b", v, re.I) for w in words)]
+    return named[0] if len(named) == 1 else None
 
 
 # A negation in the question ("Is there no blur?", "Is it not blurry?", "Does it lack detail?"), not "… or not?",
