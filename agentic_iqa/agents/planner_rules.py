@@ -256,9 +256,10 @@ def frame_part(region: str) -> Optional[FramePart]:
     position = tokens[:-1] if noun else tokens
     if not position or not all(re.fullmatch(_POSITION_WORDS, t) for t in position):
         return None
-    rows = {"top", "upper"} & set(position) and "top" or {"bottom", "lower"} & set(position) and "bottom" or None
-    cols = "left" if "left" in position else "right" if "right" in position else None
-    centred = bool({"centre", "center", "middle"} & set(position))
+    said = set(position)
+    rows = "top" if said & {"top", "upper"} else "bottom" if said & {"bottom", "lower"} else None
+    cols = "left" if "left" in said else "right" if "right" in said else None
+    centred = bool(said & {"centre", "center", "middle"})
     if (rows is None and cols is None and not centred) or (noun == "corner" and (rows is None or cols is None)):
         return None  # "the far side", "the left corner": no one part of the frame
     extent = _PART_EXTENT.get(noun, 0.5)
