@@ -28,6 +28,7 @@ import sys
 from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 from PIL import Image
@@ -51,6 +52,14 @@ QUESTIONS = {
     "jpeg": "Does the {} show compression artifacts? A. Yes B. No",
     "darken": "Is the {} too dark? A. Yes B. No",
 }
+# damage -> the question choosing between two halves (the pair in HALVES order)
+WHICH = {
+    "gaussian blur": "Which half is blurrier, the {} or the {}?",
+    "motion blur": "Which half is blurrier, the {} or the {}?",
+    "white noise": "Which half is noisier, the {} or the {}?",
+    "jpeg": "Which half shows more compression artifacts, the {} or the {}?",
+    "darken": "Which half is darker, the {} or the {}?",
+}
 HALVES = ("top half", "bottom half", "left half", "right half")
 OPPOSITE = {"top half": "bottom half", "bottom half": "top half", "left half": "right half", "right half": "left half"}
 
@@ -69,9 +78,18 @@ def _which_half(type_name: str, level: int, photo_index: int) -> str:
     return HALVES[(list(QUESTIONS).index(type_name) + level + photo_index) % len(HALVES)]
 
 
-def _statistics(x: np.ndarray) -> dict:
-    """NR statistics of the whole image and of each half measured alone."""
-    return {"whole": st.measure(x), **{half: st.measure(_crop(x, frame_part(half))) for half in HALVES}}
+def _statistics(x: np.ndarray, reference: Optional[dict] = None, ref_pixels: Optional[np.ndarray] = None) -> dict:
+    """{"whole" / each half: {"nr": its statistics, "fr": against the same part of the clean photo}}, each part
+    measured alone; "fr" only with the clean photo (``ref_pixels``, and ``reference``: its own statistics)."""
+    out = {}
+    for where in ("whole", *HALVES):
+        part = x if where == "whole" else _crop(x, frame_part(where))
+        nr = st.measure(part)
+        out[where] = {"nr": nr}
+        if reference is not None:
+            ref_part = ref_pixels if where == "whole" else _crop(ref_pixels, frame_part(where))
+            out[where]["fr"] = st.measure_fr(part, ref_part, image_stats=nr, reference_stats=reference[where]["nr"])
+    return out
 
 
 def measure_photo(job: tuple[str, int]) -> dict:
@@ -79,49 +97,72 @@ def measure_photo(job: tuple[str, int]) -> dict:
     path, index = job
     x = np.asarray(Image.open(path).convert("RGB"), dtype=np.float32) / 255
     stem = Path(path).stem
-    out: dict = {"clean": _statistics(x)}
+    clean = _statistics(x)
+    out: dict = {"clean": clean}
     for type_name in QUESTIONS:
         t = synth.TYPES[type_name]
         for level in LEVELS:
             damaged = fc._apply(x, t, fc.ladder_param(t, level, LADDER), synth._rng(1, stem, t.name, level))
             half = _which_half(type_name, level, index)
-            out[f"{type_name}|{level}"] = (half, _statistics(_half_damaged(x, damaged, half)))
+            out[f"{type_name}|{level}"] = (half, _statistics(_half_damaged(x, damaged, half), clean, x))
     return out
 
 
-def _answers(question: str, asked: str, half_analyses: dict) -> tuple[bool, bool]:
-    """(the answer from the part measured alone, the answer from the whole image) is Yes."""
-    query = question.format(asked)
-    plan = rule_plan(query, has_reference=False)
-    whole = half_analyses["whole"]
-    part = half_analyses[asked]
-    return (answer_question(query, plan, part, level_letter(fc.score_of(part))) == "A",
-            answer_question(query, plan, whole, level_letter(fc.score_of(whole))) == "A")
+def _yes(query: str, analyses: dict, parts=(), reference: bool = False) -> str:
+    """The analyst's answer, as ``assess --offline`` gives it (``reference``: the image came with one)."""
+    plan = rule_plan(query, has_reference=reference)
+    return answer_question(query, plan, analyses, level_letter(fc.score_of(analyses)), parts=parts)
+
+
+def _which_question(type_name: str, damaged_half: str) -> tuple[str, str]:
+    """("Which half is blurrier, the top or the bottom? A. The top B. The bottom", the letter of the damaged half)."""
+    first, second = sorted((damaged_half, OPPOSITE[damaged_half]), key=HALVES.index)
+    a, b = first.split()[0], second.split()[0]
+    return WHICH[type_name].format(a, b) + f" A. The {a} B. The {b}", "A" if damaged_half == first else "B"
 
 
 def score_photo(measured: dict, th: dict) -> list[dict]:
+    """One row per question: "is" rows ask whether a half shows the damage (keyed Yes on the damaged half, No on the
+    other and on every half of the clean photo); "which" rows ask which half shows more of it (keyed the damaged
+    half; ``*_yes`` is then whether the answer names it). Each answered from the part measured alone and from the
+    whole image, without the reference and (damaged photos) with it."""
     rows = []
-    clean = {k: sv.analyze_stats(v, None, th) for k, v in measured["clean"].items()}
+    clean = {k: sv.analyze_stats(v["nr"], None, th) for k, v in measured["clean"].items()}
     for type_name, question in QUESTIONS.items():
         for half in HALVES:
-            part, whole = _answers(question, half, clean)
-            rows.append({"damage": "clean", "asked_about": type_name, "level": 0, "half": half, "key": False,
-                         "part_yes": part, "whole_yes": whole})
+            query = question.format(half)
+            rows.append({"kind": "is", "damage": "clean", "asked_about": type_name, "level": 0, "half": half,
+                         "key": False, "part_yes": _yes(query, clean[half]) == "A",
+                         "whole_yes": _yes(query, clean["whole"]) == "A", "part_fr_yes": None, "whole_fr_yes": None})
         for level in LEVELS:
             damaged_half, stats = measured[f"{type_name}|{level}"]
-            analyses = {k: sv.analyze_stats(v, None, th) for k, v in stats.items()}
+            nr = {k: sv.analyze_stats(v["nr"], None, th) for k, v in stats.items()}
+            fr = {k: sv.analyze_stats(v["nr"], v["fr"], th) for k, v in stats.items()}
             for half, key in ((damaged_half, True), (OPPOSITE[damaged_half], False)):
-                part, whole = _answers(question, half, analyses)
-                rows.append({"damage": type_name, "asked_about": type_name, "level": level, "half": half, "key": key,
-                             "part_yes": part, "whole_yes": whole})
+                query = question.format(half)
+                rows.append({"kind": "is", "damage": type_name, "asked_about": type_name, "level": level,
+                             "half": half, "key": key, "part_yes": _yes(query, nr[half]) == "A",
+                             "whole_yes": _yes(query, nr["whole"]) == "A", "part_fr_yes": _yes(query, fr[half], reference=True) == "A",
+                             "whole_fr_yes": _yes(query, fr["whole"], reference=True) == "A"})
+            query, right = _which_question(type_name, damaged_half)
+            pair = sorted((damaged_half, OPPOSITE[damaged_half]), key=HALVES.index)
+            rows.append({"kind": "which", "damage": type_name, "asked_about": type_name, "level": level,
+                         "half": damaged_half, "key": True,
+                         "part_yes": _yes(query, nr[damaged_half], [(h, nr[h]) for h in pair]) == right,
+                         "whole_yes": _yes(query, nr["whole"]) == right,
+                         "part_fr_yes": _yes(query, fr[damaged_half], [(h, fr[h]) for h in pair], True) == right,
+                         "whole_fr_yes": _yes(query, fr["whole"], reference=True) == right})
     return rows
+
+
+HOWS = ("part", "whole", "part_fr", "whole_fr")
 
 
 def _shares(rows: list[dict]) -> dict:
     out = {}
-    for how in ("part", "whole"):
-        yes = [r[f"{how}_yes"] for r in rows if r["key"]]
-        no = [not r[f"{how}_yes"] for r in rows if not r["key"]]
+    for how in HOWS:
+        yes = [r[f"{how}_yes"] for r in rows if r["key"] and r[f"{how}_yes"] is not None]
+        no = [not r[f"{how}_yes"] for r in rows if not r["key"] and r[f"{how}_yes"] is not None]
         out[how] = {"damaged_half_yes": float(np.mean(yes)) if yes else None,
                     "other_half_no": float(np.mean(no)) if no else None,
                     "balanced": float(np.mean([np.mean(yes), np.mean(no)])) if yes and no else None}
@@ -130,8 +171,9 @@ def _shares(rows: list[dict]) -> dict:
 
 
 def summarize(rows: list[dict]) -> dict:
-    damaged = [r for r in rows if r["damage"] != "clean"]
+    damaged = [r for r in rows if r["damage"] != "clean" and r["kind"] == "is"]
     clean = [r for r in rows if r["damage"] == "clean"]
+    which = [r for r in rows if r["kind"] == "which"]
     by_damage, by_level = defaultdict(list), defaultdict(list)
     for r in damaged:
         by_damage[r["damage"]].append(r)
@@ -142,7 +184,10 @@ def summarize(rows: list[dict]) -> dict:
             "clean_photos_no": {how: float(np.mean([not r[f"{how}_yes"] for r in clean])) for how in ("part", "whole")},
             "clean_photos_no_per_question": {t: {how: float(np.mean([not r[f"{how}_yes"] for r in clean
                                                                       if r["asked_about"] == t]))
-                                                 for how in ("part", "whole")} for t in QUESTIONS}}
+                                                 for how in ("part", "whole")} for t in QUESTIONS},
+            "which_half_right": {"n": len(which), **{how: float(np.mean([r[f"{how}_yes"] for r in which])) for how in HOWS},
+                                 "per_damage": {t: {how: float(np.mean([r[f"{how}_yes"] for r in which if r["damage"] == t]))
+                                                    for how in HOWS} for t in QUESTIONS}}}
 
 
 def _print(title: str, s: dict) -> None:
@@ -154,6 +199,13 @@ def _print(title: str, s: dict) -> None:
         p, w = v["part"], v["whole"]
         print(f"{name:22s}{v['n']:5d}   {p['damaged_half_yes']:21.3f} {p['other_half_no']:9.3f} {p['balanced']:7.3f}"
               f"   {w['damaged_half_yes']:13.3f} {w['other_half_no']:5.3f} {w['balanced']:6.3f}")
+    print(f"{'':22s}{'':5s}   with the reference: part {s['all']['part_fr']['balanced']:.3f}, "
+          f"whole {s['all']['whole_fr']['balanced']:.3f} (balanced)")
+    w = s["which_half_right"]
+    print(f"which half shows more of it (n {w['n']}): right on part {w['part']:.3f}, whole {w['whole']:.3f}; "
+          f"with the reference part {w['part_fr']:.3f}, whole {w['whole_fr']:.3f}")
+    for t, v in w["per_damage"].items():
+        print(f"  {t:15s} part {v['part']:.3f}  whole {v['whole']:.3f}  part FR {v['part_fr']:.3f}  whole FR {v['whole_fr']:.3f}")
     print("clean photos, every half, every question: No on " +
           ", ".join(f"{how} {v:.3f}" for how, v in s["clean_photos_no"].items()))
     for t, v in s["clean_photos_no_per_question"].items():

@@ -846,11 +846,16 @@ def test_region_questions_damage_one_half_and_ask_of_both(tmp_path, monkeypatch)
     h, w = x8.shape[:2]
     inside = damaged[round(part.top * h):round(part.bottom * h), round(part.left * w):round(part.right * w)]
     assert not inside.any() and damaged.sum() > 0.4 * x8.sum()  # the half is replaced, the rest kept
+    assert set(stats[half]) == {"nr", "fr"} and set(measured["clean"][half]) == {"nr"}  # FR against the clean part
     rows = rq.score_photo(measured, sv.load_thresholds())
-    keyed = [r for r in rows if r["damage"] == "gaussian blur"]
+    keyed = [r for r in rows if r["damage"] == "gaussian blur" and r["kind"] == "is"]
     assert sorted((r["half"], r["key"]) for r in keyed) == sorted([(half, True), (rq.OPPOSITE[half], False)])
     assert len({r["whole_yes"] for r in keyed}) == 1  # the whole image gives the one answer to both
     assert [r["part_yes"] for r in sorted(keyed, key=lambda r: not r["key"])] == [True, False]  # chelsea, level 4
+    assert [r["part_fr_yes"] for r in sorted(keyed, key=lambda r: not r["key"])] == [True, False]
+    (which,) = [r for r in rows if r["kind"] == "which"]
+    assert which["half"] == half and which["part_yes"] and which["part_fr_yes"]  # the blurred half is named
     assert len([r for r in rows if r["damage"] == "clean"]) == len(rq.HALVES)
     summary = rq.summarize(rows)
     assert summary["all"]["part"]["balanced"] == 1.0 and summary["all"]["whole"]["balanced"] == 0.5
+    assert summary["which_half_right"]["n"] == 1 and summary["which_half_right"]["part"] == 1.0
