@@ -78,6 +78,7 @@ def test_a_part_of_the_frame_is_a_region(query, scope):
     ("Which side is darker, the left one or the right one?", ["left side", "right side"]),
     ("Which corner is noisier, the top-left or the bottom-right?", ["top-left corner", "bottom-right corner"]),
     ("Which is worse, the blur or the noise?", ["Global"]),  # two distortions, no part
+    ("Compare the sky and the top and bottom halves.", ["sky", "top half", "bottom half"]),  # in the text's order
 ])
 def test_two_parts_in_one_phrase_are_two_regions(query, scope):
     assert rule_plan(query, has_reference=False).query_scope == scope

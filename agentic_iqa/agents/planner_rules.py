@@ -172,16 +172,17 @@ _WHICH_PART = re.compile(
     rf"(?:the\s+)?({_POSITIONS})\b", re.I | re.S)
 
 
-def _paired_parts(text: str) -> tuple[list[str], list[tuple[int, int]]]:
-    """Parts of the frame named two at a time, as single parts ("top half", "bottom half"), and the spans they take."""
+def _paired_parts(text: str) -> tuple[list[tuple[int, str]], list[tuple[int, int]]]:
+    """Parts of the frame named two at a time, as single parts ((where, "top half"), (where, "bottom half")), and
+    the spans they take."""
     found, spans = [], []
     for m in _TWO_PARTS.finditer(text):
         noun = _PLURAL_PART_NOUNS.get(m.group(3).lower(), m.group(3).lower())
-        found += [f"{m.group(1).lower()} {noun}", f"{m.group(2).lower()} {noun}"]
+        found += [(m.start(1), f"{m.group(1).lower()} {noun}"), (m.start(2), f"{m.group(2).lower()} {noun}")]
         spans.append(m.span())
     for m in _WHICH_PART.finditer(text):
         noun = m.group(1).lower()
-        found += [f"{m.group(2).lower()} {noun}", f"{m.group(3).lower()} {noun}"]
+        found += [(m.start(2), f"{m.group(2).lower()} {noun}"), (m.start(3), f"{m.group(3).lower()} {noun}")]
         spans.append(m.span())
     return found, spans
 
@@ -191,8 +192,7 @@ def named_regions(text: str, exclude: Iterable[str] = ()) -> list[str]:
     'the man's face' -> ['face']; 'the tree in the center' -> ['tree in the center'] (one object);
     'Is the bottom half blurry?' -> ['bottom half'] (a part of the frame); 'the top and bottom halves' and 'Which
     half is blurrier, the top or the bottom?' -> ['top half', 'bottom half']."""
-    regions, spans = _paired_parts(text)
-    regions = list(dict.fromkeys(regions))
+    found, spans = _paired_parts(text)  # (where in the text, phrase): the regions are listed in the text's order
     excluded = {e.lower() for e in exclude}
     taken = 0  # end of the last phrase: a location phrase's own noun is not a second object
     for m in _REGION.finditer(text):
@@ -201,10 +201,9 @@ def named_regions(text: str, exclude: Iterable[str] = ()) -> list[str]:
         part = _PART.match(text, m.start())
         if part:
             phrase, taken = " ".join(part.group(1).lower().split()), part.end()
-            if phrase not in regions:
-                regions.append(phrase)
+            found.append((m.start(), phrase))
             continue
-        if regions and re.search(r"\bof\s*$", text[: m.start()], re.I):
+        if any(at < m.start() for at, _ in found) and re.search(r"\bof\s*$", text[: m.start()], re.I):
             continue  # "the face of the man": the region is the face (but "the quality of the sky": the sky)
         word, end, adjective = (m.group(2) or m.group(1)).lower(), m.end(), ""
         if not m.group(2) and word in _ADJECTIVES and not _PICTURE_NOUNS.match(text, end):
@@ -218,9 +217,8 @@ def named_regions(text: str, exclude: Iterable[str] = ()) -> list[str]:
         loc = _LOCATION.match(text, end)
         if loc and loc.group(2).lower() not in _NOT_REGIONS:
             phrase, taken = f"{phrase} {' '.join(loc.group(1).lower().split())}", loc.end()
-        if phrase not in regions:
-            regions.append(phrase)
-    return regions
+        found.append((m.start(), phrase))
+    return list(dict.fromkeys(phrase for _, phrase in sorted(found, key=lambda f: f[0])))
 
 
 @dataclass(frozen=True)
