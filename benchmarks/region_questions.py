@@ -65,11 +65,9 @@ OPPOSITE = {"top half": "bottom half", "bottom half": "top half", "left half": "
 
 
 def _half_damaged(x: np.ndarray, damaged: np.ndarray, half: str) -> np.ndarray:
-    part = frame_part(half)
-    h, w = x.shape[:2]
+    where = frame_part(half).slices(*x.shape[:2])
     out = x.copy()
-    r0, r1, c0, c1 = round(part.top * h), round(part.bottom * h), round(part.left * w), round(part.right * w)
-    out[r0:r1, c0:c1] = damaged[r0:r1, c0:c1]
+    out[where] = damaged[where]
     return out
 
 

@@ -842,9 +842,7 @@ def test_region_questions_damage_one_half_and_ask_of_both(tmp_path, monkeypatch)
     assert half == rq._which_half("gaussian blur", 4, 0) and set(stats) == {"whole", *rq.HALVES}
     x8 = np.asarray(Image.open(photo).convert("RGB"), dtype=np.float32) / 255
     damaged = rq._half_damaged(x8, np.zeros_like(x8), half)
-    part = rq.frame_part(half)
-    h, w = x8.shape[:2]
-    inside = damaged[round(part.top * h):round(part.bottom * h), round(part.left * w):round(part.right * w)]
+    inside = damaged[rq.frame_part(half).slices(*x8.shape[:2])]
     assert not inside.any() and damaged.sum() > 0.4 * x8.sum()  # the half is replaced, the rest kept
     assert set(stats[half]) == {"nr", "fr"} and set(measured["clean"][half]) == {"nr"}  # FR against the clean part
     rows = rq.score_photo(measured, sv.load_thresholds())

@@ -233,6 +233,11 @@ class FramePart:
     name: str
     subject: Optional[str] = None
 
+    def slices(self, height: int, width: int) -> tuple[slice, slice]:
+        """The rows and columns of this part in a ``height`` x ``width`` image."""
+        return (slice(round(self.top * height), round(self.bottom * height)),
+                slice(round(self.left * width), round(self.right * width)))
+
 
 # How far a part reaches from its side of the frame (a fraction of the height or width).
 _PART_EXTENT = {"third": 1 / 3, "quarter": 0.25, "corner": 1 / 3, "edge": 0.25, "border": 0.25}

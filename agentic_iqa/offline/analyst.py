@@ -151,16 +151,19 @@ class OfflineRoles:
         by_part, part = self._analyses(ctx, plan), _frame_parts(plan).get(region)
         return by_part[part] if part in by_part else by_part[WHOLE]
 
+    def _measured_parts(self, ctx: AssessmentContext, plan: PlannerOutput) -> list[tuple[str, dict]]:
+        """(name, analyses) of each region that is a part of the frame measured alone, in the plan's order."""
+        by_part = self._analyses(ctx, plan)
+        return [(part.name, by_part[part]) for part in _frame_parts(plan).values() if part in by_part]
+
     def _answer_analyses(self, ctx: AssessmentContext, plan: PlannerOutput) -> dict:
         """What the answer and the score are judged from: the part of the frame the question asks about; with
         several ("Are the left and right sides sharp?"), each category at its worst among them; the whole image
         when the question is about the image, or about anything the analyst cannot place (the sky)."""
-        by_part = self._analyses(ctx, plan)
         regions = [r for r in plan.query_scope if r != GLOBAL]
-        parts = _frame_parts(plan)
-        measured = [by_part[parts[r]] for r in regions if r in parts and parts[r] in by_part]
+        measured = [analyses for _, analyses in self._measured_parts(ctx, plan)]
         if not regions or len(measured) < len(regions):
-            return by_part[WHOLE]
+            return self._analyses(ctx, plan)[WHOLE]
         return {c: max((m[c] for m in measured), key=lambda a: a.level_raw) for c in measured[0]}
 
     # ── roles ───────────────────────────────────────────────────────────────────────────────────
@@ -178,13 +181,13 @@ class OfflineRoles:
 
     def analyze(self, ctx: AssessmentContext, plan: PlannerOutput, distortion_set) -> dict[str, list[DistortionAnalysis]]:
         asked = bool(plan.distortions)  # categories named in the query are judged as the query means them
-        parts = _frame_parts(plan)
+        parts, by_part = _frame_parts(plan), self._analyses(ctx, plan)
         out: dict[str, list[DistortionAnalysis]] = {}
         for obj in (distortion_set or {obj: None for obj in plan.query_scope}):
             analyses = self._region_analyses(ctx, plan, obj)
             categories = (distortion_set[obj] if distortion_set
                           else [a.category for a in _ranked(analyses) if a.severity != "none"])
-            where = _where_measured(obj, parts.get(obj), parts.get(obj) in self._analyses(ctx, plan))
+            where = _where_measured(obj, parts.get(obj), parts.get(obj) in by_part)
             items = []
             for cat in categories:
                 a = analyses.get(cat)
@@ -226,9 +229,7 @@ class OfflineRoles:
                 fused.prob_note + (f"; tool mean {fused.qbar:.2f} from {len(scores)} score(s)" if fused.qbar is not None else "; no tool scores"),
                 prob_mode="analyst", query=ctx.query,
             )
-        by_part, placed = self._analyses(ctx, plan), _frame_parts(plan)
-        parts = [(placed[r].name, by_part[placed[r]]) for r in plan.query_scope if r in placed and placed[r] in by_part]
-        answer = answer_question(ctx.query, plan, analyses, fused.level, parts=parts)
+        answer = answer_question(ctx.query, plan, analyses, fused.level, parts=self._measured_parts(ctx, plan))
         if not asks_about_quality(ctx.query, plan):  # "What animal is in the picture?": say what it can't answer
             reasoning = "The offline analyst cannot see what the picture shows; a VLM (--lm) can. " + reasoning
         return SummarizerOutput(final_answer=answer, quality_reasoning=reasoning)
@@ -380,11 +381,10 @@ def _crop(pixels, part: FramePart):
     the working-size copy, so a part is measured at the same scale as the whole image."""
     import numpy as np
 
-    h, w = pixels.shape[:2]
-    r0, r1, c0, c1 = round(part.top * h), round(part.bottom * h), round(part.left * w), round(part.right * w)
-    if min(r1 - r0, c1 - c0) < MIN_PART_SIDE:
+    rows, cols = part.slices(*pixels.shape[:2])
+    if min(rows.stop - rows.start, cols.stop - cols.start) < MIN_PART_SIDE:
         return None
-    return np.ascontiguousarray(pixels[r0:r1, c0:c1])
+    return np.ascontiguousarray(pixels[rows, cols])
 
 
 def _part_words(part: FramePart) -> str:
@@ -408,13 +408,14 @@ def _scope_note(plan: PlannerOutput, by_part: dict) -> str:
     cannot find the object itself; any other region ("Is the sky noisy?") gets the whole image's measurements,
     and the note says so."""
     notes, unplaced, alone = [], [], []
+    placed = _frame_parts(plan)
     for region in (r for r in plan.query_scope if r != GLOBAL):
-        part = frame_part(region)
+        part = placed.get(region)
         if part is None:
             unplaced.append(region)
         elif part not in by_part:
-            notes.append(f"{_part_words(part)[:1].upper()}{_part_words(part)[1:]} is too small to measure alone, so "
-                         "the offline analyst measured the whole image.")
+            notes.append(f"The {part.name} of the frame is too small to measure alone, so the offline analyst "
+                         "measured the whole image.")
         elif part.subject:
             notes.append(f"The offline analyst cannot find the {part.subject}; it measured {_part_words(part)}, where "
                          "the question places it.")
