@@ -3,11 +3,14 @@
     python benchmarks/region_questions.py [--workers 2] [--per-source 2]          # held out, leave one source out
     python benchmarks/region_questions.py --blind-source cbsd68 --blind-source mcmaster   # evaluation-only sets
 
-Each photo gets one damage (Gaussian blur, motion blur, white noise, JPEG, darkening) at level 3, 4 or 5 on the
+Each photo gets one damage (Gaussian blur, motion blur, white noise, JPEG, darkening, grain with no colour in it,
+salt-and-pepper noise) at level 3, 4 or 5 on the
 ``alt`` ladder (the draws of ``fit_corpus.py``'s single damage of that photo) in one half of the frame only: the top,
 bottom, left or right half in turn, the other half left clean. Two questions are asked of each image: "Is the <damaged
 half> blurry?" (keyed Yes) and "Is the <other half> blurry?" (keyed No), with the damage's own word ("noisy", "too
-dark", "show compression artifacts"); of every clean photo, each question of each half (keyed No). Answers are
+dark", "show compression artifacts"); of every clean photo, each question of each half (keyed No). The same question
+is asked of the image ("Is the image noisy?": keyed Yes on the half-damaged image, No on the clean photo), with the
+image's score beside it. Answers are
 ``analyst.answer_question`` with the rule planner's plan, on the analyses of
 
 * **the part**: the half cut from the working copy and measured alone (``analyst._crop``, as ``assess --offline``
@@ -51,6 +54,8 @@ QUESTIONS = {
     "white noise": "Is the {} noisy? A. Yes B. No",
     "jpeg": "Does the {} show compression artifacts? A. Yes B. No",
     "darken": "Is the {} too dark? A. Yes B. No",
+    "luminance noise": "Is the {} noisy? A. Yes B. No",
+    "impulse noise": "Is the {} noisy? A. Yes B. No",
 }
 # damage -> the question choosing between two halves (the pair in HALVES order)
 WHICH = {
@@ -59,6 +64,8 @@ WHICH = {
     "white noise": "Which half is noisier, the {} or the {}?",
     "jpeg": "Which half shows more compression artifacts, the {} or the {}?",
     "darken": "Which half is darker, the {} or the {}?",
+    "luminance noise": "Which half is noisier, the {} or the {}?",
+    "impulse noise": "Which half is noisier, the {} or the {}?",
 }
 HALVES = ("top half", "bottom half", "left half", "right half")
 OPPOSITE = {"top half": "bottom half", "bottom half": "top half", "left half": "right half", "right half": "left half"}
@@ -82,7 +89,7 @@ def _statistics(x: np.ndarray, reference: Optional[dict] = None, ref_pixels: Opt
     out = {}
     for where in ("whole", *HALVES):
         part = x if where == "whole" else _crop(x, frame_part(where))
-        nr = st.measure(part)
+        nr = st.measure(part, by_halves=where == "whole")  # as the analyst measures a part alone
         out[where] = {"nr": nr}
         if reference is not None:
             ref_part = ref_pixels if where == "whole" else _crop(ref_pixels, frame_part(where))
@@ -127,21 +134,32 @@ def score_photo(measured: dict, th: dict) -> list[dict]:
     rows = []
     clean = {k: sv.analyze_stats(v["nr"], None, th) for k, v in measured["clean"].items()}
     for type_name, question in QUESTIONS.items():
+        image_query = question.format("image")
+        rows.append({"kind": "image", "damage": "clean", "asked_about": type_name, "level": 0, "half": None,
+                     "key": False, "part_yes": None, "whole_yes": _yes(image_query, clean["whole"]) == "A",
+                     "part_fr_yes": None, "whole_fr_yes": None, "score": fc.score_of(clean["whole"]), "score_fr": None})
         for half in HALVES:
             query = question.format(half)
             rows.append({"kind": "is", "damage": "clean", "asked_about": type_name, "level": 0, "half": half,
                          "key": False, "part_yes": _yes(query, clean[half]) == "A",
-                         "whole_yes": _yes(query, clean["whole"]) == "A", "part_fr_yes": None, "whole_fr_yes": None})
+                         "whole_yes": _yes(query, clean["whole"]) == "A", "part_fr_yes": None, "whole_fr_yes": None,
+                         "score": None, "score_fr": None})
         for level in LEVELS:
             damaged_half, stats = measured[f"{type_name}|{level}"]
             nr = {k: sv.analyze_stats(v["nr"], None, th) for k, v in stats.items()}
             fr = {k: sv.analyze_stats(v["nr"], v["fr"], th) for k, v in stats.items()}
+            rows.append({"kind": "image", "damage": type_name, "asked_about": type_name, "level": level,
+                         "half": damaged_half, "key": True, "part_yes": None,
+                         "whole_yes": _yes(image_query, nr["whole"]) == "A", "part_fr_yes": None,
+                         "whole_fr_yes": _yes(image_query, fr["whole"], reference=True) == "A",
+                         "score": fc.score_of(nr["whole"]), "score_fr": fc.score_of(fr["whole"])})
             for half, key in ((damaged_half, True), (OPPOSITE[damaged_half], False)):
                 query = question.format(half)
                 rows.append({"kind": "is", "damage": type_name, "asked_about": type_name, "level": level,
                              "half": half, "key": key, "part_yes": _yes(query, nr[half]) == "A",
                              "whole_yes": _yes(query, nr["whole"]) == "A", "part_fr_yes": _yes(query, fr[half], reference=True) == "A",
-                             "whole_fr_yes": _yes(query, fr["whole"], reference=True) == "A"})
+                             "whole_fr_yes": _yes(query, fr["whole"], reference=True) == "A",
+                             "score": None, "score_fr": None})
             query, right = _which_question(type_name, damaged_half)
             pair = sorted((damaged_half, OPPOSITE[damaged_half]), key=HALVES.index)
             rows.append({"kind": "which", "damage": type_name, "asked_about": type_name, "level": level,
@@ -149,7 +167,8 @@ def score_photo(measured: dict, th: dict) -> list[dict]:
                          "part_yes": _yes(query, nr[damaged_half], [(h, nr[h]) for h in pair]) == right,
                          "whole_yes": _yes(query, nr["whole"]) == right,
                          "part_fr_yes": _yes(query, fr[damaged_half], [(h, fr[h]) for h in pair], True) == right,
-                         "whole_fr_yes": _yes(query, fr["whole"], reference=True) == right})
+                         "whole_fr_yes": _yes(query, fr["whole"], reference=True) == right,
+                         "score": None, "score_fr": None})
     return rows
 
 
@@ -170,8 +189,9 @@ def _shares(rows: list[dict]) -> dict:
 
 def summarize(rows: list[dict]) -> dict:
     damaged = [r for r in rows if r["damage"] != "clean" and r["kind"] == "is"]
-    clean = [r for r in rows if r["damage"] == "clean"]
+    clean = [r for r in rows if r["damage"] == "clean" and r["kind"] == "is"]
     which = [r for r in rows if r["kind"] == "which"]
+    image = [r for r in rows if r["kind"] == "image"]
     by_damage, by_level = defaultdict(list), defaultdict(list)
     for r in damaged:
         by_damage[r["damage"]].append(r)
@@ -185,7 +205,23 @@ def summarize(rows: list[dict]) -> dict:
                                                  for how in ("part", "whole")} for t in QUESTIONS},
             "which_half_right": {"n": len(which), **{how: float(np.mean([r[f"{how}_yes"] for r in which])) for how in HOWS},
                                  "per_damage": {t: {how: float(np.mean([r[f"{how}_yes"] for r in which if r["damage"] == t]))
-                                                    for how in HOWS} for t in QUESTIONS}}}
+                                                    for how in HOWS} for t in QUESTIONS}},
+            "image_question": {t: _image_shares([r for r in image if r["asked_about"] == t]) for t in QUESTIONS}}
+
+
+def _image_shares(rows: list[dict]) -> dict:
+    """The question asked of the whole image: Yes on the half-damaged images (without and with the reference) and on
+    the clean photos, and the mean scores."""
+    damaged, clean = [r for r in rows if r["key"]], [r for r in rows if not r["key"]]
+    return {"n": len(damaged), "damaged_yes": float(np.mean([r["whole_yes"] for r in damaged])),
+            "damaged_yes_fr": float(np.mean([r["whole_fr_yes"] for r in damaged])),
+            "clean_yes": float(np.mean([r["whole_yes"] for r in clean])),
+            "score_damaged": float(np.mean([r["score"] for r in damaged])),
+            "score_damaged_fr": float(np.mean([r["score_fr"] for r in damaged])),
+            "score_clean": float(np.mean([r["score"] for r in clean])),
+            "per_level": {lv: {"damaged_yes": float(np.mean([r["whole_yes"] for r in damaged if r["level"] == lv])),
+                               "score_damaged": float(np.mean([r["score"] for r in damaged if r["level"] == lv]))}
+                          for lv in LEVELS}}
 
 
 def _print(title: str, s: dict) -> None:
@@ -208,6 +244,12 @@ def _print(title: str, s: dict) -> None:
           ", ".join(f"{how} {v:.3f}" for how, v in s["clean_photos_no"].items()))
     for t, v in s["clean_photos_no_per_question"].items():
         print(f"  {t + ':':15s}{QUESTIONS[t].format('<half>'):58s} part {v['part']:.3f}  whole {v['whole']:.3f}")
+    print("asked of the whole image (\"Is the image noisy?\"): Yes on the half-damaged image / with the reference / "
+          "on the clean photo; score half-damaged / with the reference / clean")
+    for t, v in s["image_question"].items():
+        levels = ", ".join(f"level {lv} {x['damaged_yes']:.3f} ({x['score_damaged']:.2f})" for lv, x in v["per_level"].items())
+        print(f"  {t:15s} {v['damaged_yes']:.3f} / {v['damaged_yes_fr']:.3f} / {v['clean_yes']:.3f};  "
+              f"{v['score_damaged']:.2f} / {v['score_damaged_fr']:.2f} / {v['score_clean']:.2f}   [{levels}]")
 
 
 def main(argv=None) -> int:
