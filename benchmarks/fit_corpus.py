@@ -568,11 +568,6 @@ def fetch_only(cache: Path, size: int) -> int:
     return 0
 
 
-def _halved() -> str:
-    """The detectors that also read each half of the frame (``Detector.by_halves``), for the fit's provenance."""
-    return ", ".join(d.name for d in sv.DETECTORS if d.by_halves)
-
-
 def _discounted() -> str:
     """The detectors with a ``Discount`` and in which modes, for the fit's provenance ("j2k NR and FR, dark FR")."""
     modes = {d.name: [m for m, disc in (("NR", d.nr_discount), ("FR", d.fr_discount)) if disc] for d in sv.DETECTORS}
@@ -636,8 +631,7 @@ def main(argv=None) -> int:
             "ladder": "synth.TYPES levels 1-5 (seed 0)", "types": sorted(synth.TYPES), "code_commit": _git_commit(),
             "method": f"per detector: weighted non-negative ridge (alpha={sv.RIDGE}, standardized signed features) towards the applied level, "
                       "then isotonic map score->level, clean offset by nested leave-one-source-out (quantile "
-                      f"{sv.CLEAN_QUANTILE}; detectors reading each half of the frame without a reference ({_halved()}) "
-                      "also an offset of the worst half, found alike); NR levels blend into a positives-only isotonic map between levels {sv.POS_RAMP[0]:g} and "
+                      f"{sv.CLEAN_QUANTILE}); NR levels blend into a positives-only isotonic map between levels {sv.POS_RAMP[0]:g} and "
                       f"{sv.POS_RAMP[1]:g}; severity edges at levels 0.5/2.5/3.5/4.5; category model: multinomial "
                       f"logistic regression on all detector levels (L2 {sv.CATEGORY_L2}, damage at levels >= {sv.CATEGORY_MIN_LEVEL}); "
                       f"detectors with a discount ({_discounted()}, each on its own measures): level times a logistic probability of their own damage against "

@@ -4,8 +4,8 @@
     python benchmarks/region_questions.py --blind-source cbsd68 --blind-source mcmaster   # evaluation-only sets
 
 Each photo gets one damage (Gaussian blur, motion blur, white noise, JPEG, darkening, grain with no colour in it,
-salt-and-pepper noise) at level 3, 4 or 5 on the
-``alt`` ladder (the draws of ``fit_corpus.py``'s single damage of that photo) in one half of the frame only: the top,
+salt-and-pepper noise) at level 3, 4 or 5 on the ``alt`` ladder (the draws of ``fit_corpus.py``'s single damage of
+that photo) in one half of the frame only: the top,
 bottom, left or right half in turn, the other half left clean. Two questions are asked of each image: "Is the <damaged
 half> blurry?" (keyed Yes) and "Is the <other half> blurry?" (keyed No), with the damage's own word ("noisy", "too
 dark", "show compression artifacts"); of every clean photo, each question of each half (keyed No). The same question
@@ -89,7 +89,7 @@ def _statistics(x: np.ndarray, reference: Optional[dict] = None, ref_pixels: Opt
     out = {}
     for where in ("whole", *HALVES):
         part = x if where == "whole" else _crop(x, frame_part(where))
-        nr = st.measure(part, by_halves=where == "whole")  # as the analyst measures a part alone
+        nr = st.measure(part)
         out[where] = {"nr": nr}
         if reference is not None:
             ref_part = ref_pixels if where == "whole" else _crop(ref_pixels, frame_part(where))

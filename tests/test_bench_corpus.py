@@ -539,13 +539,6 @@ def test_clean_offsets_are_measured_on_sources_left_out():
             sources.append(src)
     th = sv.fit_with_clean_offsets(samples, sources)
     assert all(0.0 <= th[m][d.name]["clean_offset"] <= 2.5 for m in ("nr", "fr") for d in sv.DETECTORS)
-    # The detectors that also read each half of the frame get an offset of their own for the worst half, found alike;
-    # no other detector, and none with a reference, reads halves.
-    halved = {d.name for d in sv.DETECTORS if d.by_halves}
-    assert halved == {"noise", "grain", "chroma_noise", "impulse", "gray_impulse"}
-    assert all(0.0 <= th["nr"][n]["half_offset"] <= 2.5 for n in halved)
-    assert not any("half_offset" in th[m][d.name] for m in ("nr", "fr") for d in sv.DETECTORS
-                   if m == "fr" or d.name not in halved)
     # The positives-only blend is for the no-reference levels only; FR keeps its shrunk maps.
     assert all(th["nr"][d.name]["pos_ramp"] == list(sv.POS_RAMP) and "pos_ramp" not in th["fr"][d.name]
                for d in sv.DETECTORS)
@@ -861,15 +854,17 @@ def test_region_questions_damage_one_half_and_ask_of_both(tmp_path, monkeypatch)
     (which,) = [r for r in rows if r["kind"] == "which" and r["damage"] == "gaussian blur"]
     assert which["half"] == half and which["part_yes"] and which["part_fr_yes"]  # the blurred half is named
     assert len([r for r in rows if r["damage"] == "clean" and r["kind"] == "is"]) == 2 * len(rq.HALVES)
-    # Asked of the whole image: the noise in one half is seen (the noise detectors read each half), on the clean
-    # photo nothing is; the half-damaged image scores below the clean photo.
+    # The same question is asked of the whole image, keyed Yes on the half-damaged image and No on the clean photo,
+    # with the whole image's scores beside it (with the reference only for the damaged image).
     image = {(r["damage"], r["asked_about"]): r for r in rows if r["kind"] == "image"}
     assert set(image) == {("clean", "gaussian blur"), ("clean", "white noise"), ("gaussian blur", "gaussian blur"),
                           ("white noise", "white noise")}
-    assert image["white noise", "white noise"]["whole_yes"] and not image["clean", "white noise"]["whole_yes"]
-    assert image["white noise", "white noise"]["score"] < image["clean", "white noise"]["score"] - 0.5
+    assert [image[k]["key"] for k in sorted(image)] == [False, False, True, True]
+    assert image["white noise", "white noise"]["score_fr"] is not None and image["clean", "white noise"]["score_fr"] is None
+    assert not image["clean", "white noise"]["whole_yes"]
     summary = rq.summarize(rows)
     assert summary["per_damage"]["gaussian blur"]["part"]["balanced"] == 1.0
     assert summary["per_damage"]["gaussian blur"]["whole"]["balanced"] == 0.5
     assert summary["which_half_right"]["n"] == 2 and summary["which_half_right"]["per_damage"]["gaussian blur"]["part"] == 1.0
-    assert summary["image_question"]["white noise"]["damaged_yes"] == 1.0
+    shares = summary["image_question"]["white noise"]
+    assert shares["n"] == 1 and shares["clean_yes"] == 0.0 and shares["score_clean"] == image["clean", "white noise"]["score"]

@@ -82,31 +82,6 @@ def test_noise_across_scales_sees_grain_but_not_fine_texture():
     assert st.noise_sigma_across_scales(grass + rng.normal(0, 20, grass.shape).astype(np.float32)) > 15
 
 
-def test_noise_is_also_measured_in_each_half_of_the_frame(coffee):
-    """The noise measures read the frame's quietest blocks, so noise in one half read as the clean half does. Each
-    half is measured too, from the same maps: the noisy half reads as noise over the whole frame does, the clean
-    half as the clean photo, and the frame's own values are the ones it had before."""
-    noisy = np.clip(distort(coffee, "white noise", 3, key="t"), 0, 1)
-    w = coffee.shape[1] // 2
-    left_noisy = coffee.copy()
-    left_noisy[:, :w] = noisy[:, :w]
-    clean, whole, half = st.measure(coffee), st.measure(noisy), st.measure(left_noisy)
-    assert {f"{k}@{h}" for k in st.NOISE_MEASURES for h in st.HALVES} <= half.keys()
-    assert half["noise_flat"] < 2 * clean["noise_flat"] < whole["noise_flat"] / 3  # the frame: as if clean
-    assert half["noise_flat@left"] == pytest.approx(whole["noise_flat"], rel=0.25)
-    assert half["noise_flat@right"] == pytest.approx(clean["noise_flat"], rel=0.25)
-    assert half["noise_flat@left"] > 3 * half["noise_flat@right"]
-    for k in ("chroma_noise", "noise_scales", "fine_to_mid"):
-        assert half[f"{k}@left"] > half[f"{k}@right"], k
-    # The frame's measures are those the halves are read with, taken over the whole frame.
-    x = st.in_8bit_steps(st.at_working_size(left_noisy))
-    frame = st.noise_measures(x, st.luma(x))
-    assert {k: frame[k] for k in st.NOISE_MEASURES} == {k: half[k] for k in st.NOISE_MEASURES}
-    # An image too small to halve into parts the analyst would measure alone has no half measures.
-    small = st.measure(coffee[:2 * st.MIN_PART_SIDE - 2, :300])
-    assert not any("@" in k for k in small) and set(st.NOISE_MEASURES) <= small.keys()
-
-
 def test_fine_to_mid_net_of_noise_sees_a_blur_under_the_noise():
     """Noise fills the fine band: on the raw band ratio a blurred photo with noise on top reads sharper than the
     photo itself. Net of the noise's share (sigma from ``noise_sigma_across_scales``) it reads as the blur alone,

@@ -116,8 +116,7 @@ class OfflineRoles:
             for part in dict.fromkeys(placed.values()):
                 crop = _crop(image, part)
                 if crop is not None:  # else too small to measure alone: the whole image's analyses stand in
-                    by_part[part] = severity.analyze(crop, _crop(reference, part) if reference is not None else None,
-                                                     by_halves=False)
+                    by_part[part] = severity.analyze(crop, _crop(reference, part) if reference is not None else None)
             # The whole image is measured unless every region is a part measured alone and no reference needs
             # checking (its swapped-files note compares the whole image with the whole reference).
             if reference is not None or any(placed.get(r) not in by_part for r in plan.query_scope):
@@ -367,6 +366,9 @@ def _ranked(analyses: dict) -> list:
 
 
 WHOLE = "whole image"  # the key of the whole image's analyses beside its parts
+# A part of the frame narrower than this (working-size pixels) is not measured alone: the statistics' patches and
+# band filters need room (a 512 x 384 photo's corner third is 170 x 128).
+MIN_PART_SIDE = 64
 
 
 def _frame_parts(plan: PlannerOutput) -> dict:
@@ -375,11 +377,9 @@ def _frame_parts(plan: PlannerOutput) -> dict:
 
 
 def _crop(pixels, part: FramePart):
-    """The part of an H x W x 3 image, or None when it is smaller than ``stats.MIN_PART_SIDE`` on a side. It is cut
-    from the working-size copy, so a part is measured at the same scale as the whole image."""
+    """The part of an H x W x 3 image, or None when it is smaller than MIN_PART_SIDE on a side. It is cut from
+    the working-size copy, so a part is measured at the same scale as the whole image."""
     import numpy as np
-
-    from agentic_iqa.offline.stats import MIN_PART_SIDE
 
     rows, cols = part.slices(*pixels.shape[:2])
     if min(rows.stop - rows.start, cols.stop - cols.start) < MIN_PART_SIDE:

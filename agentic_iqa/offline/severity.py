@@ -158,9 +158,6 @@ class Detector:
     # the fitted probability that the damage is its own rather than one of those.
     fr_discount: Optional["Discount"] = None
     nr_discount: Optional["Discount"] = None
-    # Whether, without a reference, it also reads each half of the frame (``stats.noise_measures``) and reports the
-    # worst of the frame and its halves: noise in one half hid behind the clean half's quiet blocks.
-    by_halves: bool = False
 
 
 @dataclass(frozen=True)
@@ -302,7 +299,7 @@ DETECTORS: tuple[Detector, ...] = (
     Detector("noise", "Noise", "noise", ("white noise", "multiplicative noise"),
              nr=_NOISE_NR, fr=_NOISE_FR,
              primary="noise_flat", primary_fr="fr_noise",
-             nr_discount=_SHARPENING_LOOKALIKE, by_halves=True),
+             nr_discount=_SHARPENING_LOOKALIKE),
     # Noise with no colour in it (grain of one value in all three channels; specks that are black or white): every
     # noise above has colour, and without a reference its discount against over-sharpening leans on the colour noise,
     # so such grain read as no distortion (held out, intra SRCC 0.33; RESULTS.md follow-ups 36, 39). Each has its own
@@ -310,19 +307,19 @@ DETECTORS: tuple[Detector, ...] = (
     Detector("grain", "Noise", "grain (noise with no colour in it)", ("luminance noise",),
              nr=_GRAIN_NR, fr=_NOISE_FR,
              primary="noise_flat", primary_fr="fr_noise",
-             nr_discount=_GRAIN_LOOKALIKES, by_halves=True),
+             nr_discount=_GRAIN_LOOKALIKES),
     Detector("chroma_noise", "Noise", "colour noise", ("white noise in color component",),
              nr=_NOISE_NR, fr=_NOISE_FR,
              primary="chroma_noise", primary_fr="fr_chroma_noise_gain",
-             nr_discount=_SHARPENING_LOOKALIKE, by_halves=True),
+             nr_discount=_SHARPENING_LOOKALIKE),
     Detector("impulse", "Noise", "impulse (salt-and-pepper) noise", ("impulse noise",),
              nr=_NOISE_NR, fr=_NOISE_FR,
              primary="impulse", primary_fr="fr_impulse_gain",
-             nr_discount=_SHARPENING_LOOKALIKE, by_halves=True),
+             nr_discount=_SHARPENING_LOOKALIKE),
     Detector("gray_impulse", "Noise", "black and white specks (salt-and-pepper noise)", ("gray impulse noise",),
              nr=_NOISE_NR, fr=_NOISE_FR,
              primary="impulse", primary_fr="fr_impulse_gain",
-             nr_discount=_SHARPENING_LOOKALIKE, by_halves=True),
+             nr_discount=_SHARPENING_LOOKALIKE),
     Detector("sharpen", "Sharpness", "over-sharpening (edge halos)", ("high sharpen",),
              nr=("overshoot", "edge_sharp", "-fine_to_mid", "mid_to_coarse", "log_lap_var", "-log_chroma_noise"),
              fr=("fr_detail_corr", "fr_overshoot_gain", "fr_mid_gain", "-fr_fine_gain"),
@@ -605,8 +602,7 @@ def fit_with_clean_offsets(samples: Sequence[tuple[dict, Optional[str], int]], s
     sources reach is not evidence of damage, so ``_detector_level`` measures from that offset up
     (rescaled so that level 5 stays 5). Ranking within a detector is unchanged. Each NR detector also
     carries ``pos_ramp`` (``_detector_level``; None leaves it out). The offsets are measured on the shrunk
-    map, which the ramp leaves unchanged below its lower end. A detector ``by_halves`` also gets a ``half_offset``:
-    the same quantile of the level the worst half of those clean photos reaches (four reads run higher than one)."""
+    map, which the ramp leaves unchanged below its lower end."""
     from threadpoolctl import threadpool_limits  # fitting only
 
     # One BLAS thread: on these tall, narrow matrices OpenBLAS's threads cost more than they give, and fits in
@@ -622,7 +618,6 @@ def _fit_with_clean_offsets(samples: Sequence[tuple[dict, Optional[str], int]], 
     fitted = fit_all(table, ridge)
     names = sorted(set(sources))
     clean_levels: dict = {m: {d.name: [] for d in DETECTORS} for m in ("nr", "fr")}
-    half_levels: dict = {d.name: [] for d in DETECTORS if d.by_halves}  # the worst half of each clean photo
     for held in names if len(names) > 1 else []:
         inner = fit_all(table, ridge, subset=np.array([src != held for src in sources], dtype=bool), maps_only=True)
         for smp, src in zip(samples, sources):
@@ -632,22 +627,14 @@ def _fit_with_clean_offsets(samples: Sequence[tuple[dict, Optional[str], int]], 
                 if mode == "fr" and "fr_fine_gain" not in smp[0]:
                     continue
                 st_ = smp[0] if mode == "fr" else {k: v for k, v in smp[0].items() if not k.startswith("fr_")}
-                halves = halves_of(st_) if mode == "nr" else {}
                 for det in DETECTORS:
                     if det.gate is None or det.gate(st_) is None:
                         clean_levels[mode][det.name].append(_mapped_level(inner[mode][det.name], st_))
-                        if det.by_halves and halves:
-                            half_levels[det.name].append(max(_mapped_level(inner[mode][det.name], h)
-                                                             for h in halves.values()))
     for mode in ("nr", "fr"):
         for det in DETECTORS:
             vals = clean_levels[mode][det.name]
             off = float(np.percentile(vals, quantile)) if vals else 0.0
             fitted[mode][det.name]["clean_offset"] = float(min(max(off, 0.0), 2.5))
-            if mode == "nr" and half_levels.get(det.name):
-                # The worst of four halves reads higher on clean photos than the frame: its own offset, found alike.
-                half_off = float(np.percentile(half_levels[det.name], quantile))
-                fitted[mode][det.name]["half_offset"] = float(min(max(half_off, 0.0), 2.5))
             if mode == "nr" and pos_ramp is not None:
                 fitted[mode][det.name]["pos_ramp"] = [float(pos_ramp[0]), float(pos_ramp[1])]
     fitted["category_model"] = fit_category_model(samples, fitted)
@@ -714,45 +701,15 @@ def _nr_only(s: dict) -> dict:
     return {k: v for k, v in s.items() if not k.startswith("fr_")}
 
 
-_OPPOSITE_HALF = {"top": "bottom", "bottom": "top", "left": "right", "right": "left"}
-
-
-def halves_of(s: dict) -> dict[str, dict]:
-    """{half of the frame: ``s`` with that half's noise measures in place of the frame's}, for statistics measured
-    half by half (``stats.noise_measures``; none for an image too small to halve, or statistics from before)."""
-    return {h: {**s, **{k: s[f"{k}@{h}"] for k in st.NOISE_MEASURES}} for h in st.HALVES if f"noise_flat@{h}" in s}
-
-
-def _raw_level(det: Detector, fit: dict, s: dict, halves: Optional[dict[str, dict]] = None
-               ) -> tuple[float, Optional[str], Optional[str]]:
+def _raw_level(det: Detector, fit: dict, s: dict) -> tuple[float, Optional[str]]:
     """A detector's capped level before clipping to 0..5 (-1 when a gate rules it out: ``_blank`` or its own;
-    scaled by its ``Discount``'s probability where it has one), the reason when a gate or the discount rules it
-    out, and the half of the frame it was read in. A detector ``by_halves`` also reads each of ``halves``
-    (``halves_of``, from its own clean offset, ``half_offset``) and reports a half where it reads higher than the
-    frame. A half counts by as much as it reads above the opposite half: damage confined to part of the frame shows
-    as a difference between halves, while damage over the whole frame, which the frame itself reads, raises both (a
-    multiplicative noise, stronger in the brighter half, read as more than the frame's level otherwise). Where
-    every half reads at most 0, as on 90 % of clean photos (the offset), no half counts."""
+    scaled by its ``Discount``'s probability where it has one), and the reason when a gate or the discount
+    rules it out."""
     reason = (_blank(s) if det.judges_detail else None) or (det.gate(s) if det.gate else None)
     if reason:
-        return -1.0, reason, None
-    level, reason = _discounted_level(det, fit, s, _detector_level(fit, s))
-    where = None
-    if det.by_halves and halves and "half_offset" in fit:
-        read = {h: _discounted_level(det, fit, s_half, _detector_level(fit, s_half, fit["half_offset"]))
-                for h, s_half in halves.items()}
-        for half, (half_level, why) in read.items():
-            opposite = read.get(_OPPOSITE_HALF[half], (0.0, None))[0]
-            if half_level - max(opposite, 0.0) > level:
-                level, reason, where = half_level - max(opposite, 0.0), why, half
-    return level, reason, where
-
-
-def _discounted_level(det: Detector, fit: dict, s: dict, level: float) -> tuple[float, Optional[str]]:
-    """``level`` capped, and scaled by the probability of the detector's own damage where it has a ``Discount``."""
+        return -1.0, reason
     # Capped: a far extrapolation says "off the scale", not a precise number.
-    level = min(max(level, -2.0), 8.0)
-    reason = None
+    level = min(max(_detector_level(fit, s), -2.0), 8.0)
     if "discount" in fit and level > 0:
         p = discount_probability(fit, s)
         if level >= SEVERITY_EDGES[0] > level * p:
@@ -765,8 +722,7 @@ def _discounted_level(det: Detector, fit: dict, s: dict, level: float) -> tuple[
 
 def detector_levels(thresholds: dict, mode: str, s: dict) -> list[float]:
     """Every detector's capped level (``_raw_level``), in ``DETECTORS`` order: the category model's input."""
-    halves = halves_of(s) if mode == "nr" else None
-    return [_raw_level(det, thresholds[mode][det.name], s, halves)[0] for det in DETECTORS]
+    return [_raw_level(det, thresholds[mode][det.name], s)[0] for det in DETECTORS]
 
 
 def category_probabilities(thresholds: dict, mode: str, raw: Sequence[float]) -> Optional[dict[str, float]]:
@@ -862,9 +818,9 @@ def _mapped_level(fit: dict, s: dict) -> float:
     return _extrapolated_map(_detector_score(fit, s), fit["knots_x"], fit["knots_y"])
 
 
-def _detector_level(fit: dict, s: dict, clean_offset: Optional[float] = None) -> float:
+def _detector_level(fit: dict, s: dict) -> float:
     """Unclipped level estimate of one detector (may fall below 0 or above 5), measured from the level
-    clean photos of unseen sources reach (``clean_offset``, see ``fit_with_clean_offsets``; or the one given).
+    clean photos of unseen sources reach (``clean_offset``, see ``fit_with_clean_offsets``).
 
     Where the fit carries a ``pos_ramp`` [lo, hi], levels above lo move towards the positives-only map
     (``fit_detector``), fully from hi up: E[level | score] over damaged and undamaged samples is shrunk
@@ -873,8 +829,7 @@ def _detector_level(fit: dict, s: dict, clean_offset: Optional[float] = None) ->
     clean photos' false positives reach) the shrunk level is kept. Monotone in the score: ranking within
     a detector is unchanged."""
     score = _detector_score(fit, s)
-    level = _extrapolated_map(score, fit["knots_x"], fit["knots_y"])
-    off = fit.get("clean_offset", 0.0) if clean_offset is None else clean_offset
+    level, off = _extrapolated_map(score, fit["knots_x"], fit["knots_y"]), fit.get("clean_offset", 0.0)
     level = 5.0 * (level - off) / (5.0 - off)
     ramp = fit.get("pos_ramp")
     if ramp is None or "pos_knots_x" not in fit:
@@ -967,23 +922,17 @@ def analyze_stats(nr: dict, fr: Optional[dict] = None, thresholds: Optional[dict
     th = thresholds or load_thresholds()
     mode = "fr" if fr else "nr"
     s = {**nr, **(fr or {})}
-    halves = halves_of(s) if mode == "nr" else None
     best: dict[str, CategoryAnalysis] = {}
     raws = []
     for det in DETECTORS:
         fit = th[mode][det.name]
-        raw, reason, where = _raw_level(det, fit, s, halves)
+        raw, reason = _raw_level(det, fit, s)
         raws.append(raw)
         level = min(max(raw, 0.0), 5.0)
         key = det.primary if mode == "nr" else det.primary_fr
-        read = s if where is None else halves[where]
-        text = f"No {det.label} judged: {reason}." if reason else _explain(det, mode, fit, read, level)
-        if where is not None:
-            whole = min(max(_raw_level(det, fit, s)[0], 0.0), 5.0)
-            text += f" Worst in the {where} half of the frame; the whole frame reads {severity_of(whole)}."
+        text = f"No {det.label} judged: {reason}." if reason else _explain(det, mode, fit, s, level)
         cand = CategoryAnalysis(det.category, severity_of(level), round(level, 3), _confidence(level, fit["rmse"]),
-                                text, det.name, {key if where is None else f"{key}@{where}": round(float(read[key]), 5)},
-                                raw)
+                                text, det.name, {key: round(float(s[key]), 5)}, raw)
         cand.detectors[det.name] = round(level, 3)
         cand.explanations[det.name] = text
         cur = best.get(det.category)
@@ -1005,13 +954,12 @@ def analyze_stats(nr: dict, fr: Optional[dict] = None, thresholds: Optional[dict
 
 def analyze(image: st.ImageLike, reference: Optional[st.ImageLike] = None,
             thresholds: Optional[dict] = None, reference_stats: Optional[dict] = None,
-            image_stats: Optional[dict] = None, by_halves: bool = True) -> dict[str, CategoryAnalysis]:
+            image_stats: Optional[dict] = None) -> dict[str, CategoryAnalysis]:
     """Measure an image (and, if given, compare it with its reference) and judge every category.
     ``reference_stats`` / ``image_stats``: the reference's / image's ``stats.measure``, when already known (a batch
-    sharing one reference; a caller that also judges the image without its reference). ``by_halves``: see
-    ``stats.measure`` (False for a part of a frame)."""
+    sharing one reference; a caller that also judges the image without its reference)."""
     x = st.as_float_rgb(image)
-    nr = image_stats if image_stats is not None else st.measure(x, by_halves)
+    nr = image_stats if image_stats is not None else st.measure(x)
     fr = st.measure_fr(x, reference, image_stats=nr, reference_stats=reference_stats) if reference is not None else None
     return analyze_stats(nr, fr, thresholds)
 

@@ -116,15 +116,9 @@ def reblur_score(y: np.ndarray) -> float:
     return max(scores)
 
 
-def _blurs(y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``y`` blurred at sigma 1, 2 and 4: the edges of ``band_energies``' bands."""
-    return _blur(y, 1.0), _blur(y, 2.0), _blur(y, 4.0)
-
-
-def band_energies(y: np.ndarray, blurs: Optional[tuple] = None) -> tuple[float, float, float]:
-    """Energy (variance) of three octave-spaced bands: fine (< sigma 1), middle (1-2), coarse (2-4). ``blurs``:
-    ``_blurs(y)`` when already made."""
-    g1, g2, g4 = blurs if blurs is not None else _blurs(y)
+def band_energies(y: np.ndarray) -> tuple[float, float, float]:
+    """Energy (variance) of three octave-spaced bands: fine (< sigma 1), middle (1-2), coarse (2-4)."""
+    g1, g2, g4 = _blur(y, 1.0), _blur(y, 2.0), _blur(y, 4.0)
     return float(np.var(y - g1)), float(np.var(g1 - g2)), float(np.var(g2 - g4))
 
 
@@ -185,11 +179,11 @@ _IMMERKAER = np.array([[1, -2, 1], [-2, 4, -2], [1, -2, 1]], dtype=np.float32)
 
 def noise_sigma_blocks(y: np.ndarray, block: int = 16) -> np.ndarray:
     """Immerkær's noise sigma per block: the mask cancels smooth image structure up to second order,
-    so in flat blocks its response is the noise alone. Returns the grid of one sigma per block (same units as y)."""
+    so in flat blocks its response is the noise alone. Returns one sigma per block (same units as y)."""
     r = np.abs(cv2.filter2D(y, -1, _IMMERKAER, borderType=cv2.BORDER_REFLECT))[1:-1, 1:-1]
     h, w = (r.shape[0] // block) * block, (r.shape[1] // block) * block
     per_block = r[:h, :w].reshape(h // block, block, w // block, block).mean(axis=(1, 3))
-    return per_block * np.sqrt(np.pi / 2) / 6
+    return per_block.ravel() * np.sqrt(np.pi / 2) / 6
 
 
 def _block_mean_square(r: np.ndarray, block: int) -> np.ndarray:
@@ -205,21 +199,13 @@ def noise_sigma_across_scales(y255: np.ndarray, block: int = 16) -> float:
     ``noise_flat`` needs flat blocks to see the noise alone: a peacock's fan or twigs against the sky have none,
     and read as grain of sigma 13-14. Taken over the quarter of blocks with the least fine energy (median); picking
     the quietest blocks also picks quieter noise, so pure noise reads about 0.85 of its sigma (a fitted feature)."""
-    return _quietest_noise_sigma(*_energies_across_scales(y255, block))
-
-
-def _energies_across_scales(y255: np.ndarray, block: int = 16) -> tuple[np.ndarray, np.ndarray]:
-    """Per ``block``-px block: (Immerkær energy at full size, at half size)."""
     h, w = (y255.shape[0] // 2) * 2, (y255.shape[1] // 2) * 2
     y = np.ascontiguousarray(y255[:h, :w], dtype=np.float32)
     half = cv2.resize(y, (w // 2, h // 2), interpolation=cv2.INTER_AREA)  # 2x2 means
     full_e = _block_mean_square(cv2.filter2D(y, -1, _IMMERKAER, borderType=cv2.BORDER_REFLECT), block) / 36
     half_e = _block_mean_square(cv2.filter2D(half, -1, _IMMERKAER, borderType=cv2.BORDER_REFLECT), block // 2) / 36
     rows, cols = min(full_e.shape[0], half_e.shape[0]), min(full_e.shape[1], half_e.shape[1])
-    return full_e[:rows, :cols], half_e[:rows, :cols]
-
-
-def _quietest_noise_sigma(full_e: np.ndarray, half_e: np.ndarray) -> float:
+    full_e, half_e = full_e[:rows, :cols], half_e[:rows, :cols]
     quietest = full_e <= np.percentile(full_e, 25)
     return float(np.sqrt(max(np.median((full_e - half_e)[quietest]) * 4 / 3, 0.0)))
 
@@ -242,14 +228,14 @@ def dead_flat_share(y255: np.ndarray, block: int = 8, floor: float = 0.1) -> flo
     return float(np.mean(kept < floor))
 
 
-def _impulse_dots(x: np.ndarray) -> np.ndarray:
-    """Per channel value: is it saturated (0 or 1) and far from its 3x3 median, an isolated salt-and-pepper dot?
-    Clipped highlights are areas, not dots, so they do not count. ``impulse`` is the share of such values."""
+def impulse_fraction(x: np.ndarray) -> float:
+    """Fraction of channel values that are saturated (0 or 1) and stand far from their 3x3 median:
+    isolated salt-and-pepper dots. Clipped highlights are areas, not dots, so they do not count."""
     u8 = (x * 255 + 0.5).astype(np.uint8)
     med = cv2.medianBlur(u8, 3).astype(np.int16)
     dev = np.abs(u8.astype(np.int16) - med)
     extreme = (u8 == 0) | (u8 == 255)
-    return extreme & (dev > 80)
+    return float(np.mean(extreme & (dev > 80)))
 
 
 # ------------------------------------------------------------------------------------ compression
@@ -352,25 +338,16 @@ def hard_saturation_clip(xmax: np.ndarray, xmin: np.ndarray) -> tuple[float, flo
 
 # ------------------------------------------------------------------------------------ sharpening
 
-# Over-sharpening halos (``overshoot``): how far pixels next to strong edges overshoot the local range of a lightly
-# smoothed copy, relative to the edge contrast. Unsharp masking pushes edge sides past their plateaus; natural edges
-# stay inside them.
-
-def _overshoot_maps(y: np.ndarray, smoothed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per pixel: (overshoot past the local range of ``smoothed``, ``_blur(y, 2.0)``; that range)."""
-    s = smoothed
+def halo_overshoot(y: np.ndarray) -> float:
+    """Over-sharpening halos: how far pixels next to strong edges overshoot the local range of a lightly
+    smoothed copy, relative to the edge contrast. Unsharp masking pushes edge sides past their plateaus;
+    natural edges stay inside them."""
+    s = _blur(y, 2.0)
     kernel = np.ones((7, 7), np.uint8)
     hi, lo = cv2.dilate(s, kernel), cv2.erode(s, kernel)
-    return np.maximum(y - hi, 0) + np.maximum(lo - y, 0), hi - lo
-
-
-def _edge_range(rng: np.ndarray) -> float:
-    """The local range above which a pixel counts as on an edge: the strongest tenth, and at least 0.08."""
-    return max(0.08, float(np.percentile(rng, 90)))
-
-
-def _overshoot_ratio(over: np.ndarray, rng: np.ndarray, edge_range: float) -> float:
-    edges = rng > edge_range
+    rng = hi - lo
+    over = np.maximum(y - hi, 0) + np.maximum(lo - y, 0)
+    edges = rng > max(0.08, float(np.percentile(rng, 90)))
     if edges.sum() < 50:
         return 0.0
     return float(over[edges].mean() / rng[edges].mean())
@@ -484,62 +461,6 @@ def _chroma_planes(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray
 
 MIN_SIDE = 24  # the noise statistics need whole 8×8 blocks clear of the border
 
-# ------------------------------------------------------------------------------------ noise, half by half
-# The noise measures read the quietest blocks of the frame, so noise in one half of it (a noisy shadow, a patched
-# area) read as the clean half: one half of a photo under level-4 white noise rated 4.56, clean 4.64. The same
-# measures are also taken in each half of the frame, from the maps already made for the whole (as keys
-# "<measure>@<half>"); the noise detectors read the worst half beside the whole (severity.py).
-NOISE_MEASURES = ("noise_flat", "noise_scales", "chroma_noise", "impulse", "overshoot", "fine_to_mid")
-HALVES = ("top", "bottom", "left", "right")
-# A part of the frame narrower than this (working-size pixels) is not measured alone: the statistics' patches and
-# band filters need room (a 512 x 384 photo's corner third is 170 x 128). The analyst's parts keep to it too.
-MIN_PART_SIDE = 64
-
-
-def _half(a: np.ndarray, where: str) -> np.ndarray:
-    """The ``where`` half (``HALVES``) of a map or a block grid: its first two axes are the frame's."""
-    h, w = a.shape[:2]
-    return {"top": a[:h // 2], "bottom": a[h // 2:], "left": a[:, :w // 2], "right": a[:, w // 2:]}[where]
-
-
-def _noise_maps(x: np.ndarray, y: np.ndarray, blurs: tuple) -> dict[str, np.ndarray]:
-    """The per-pixel and per-block maps ``NOISE_MEASURES`` are read from (``_noise_measures``); ``blurs``:
-    ``_blurs(y)``."""
-    g1, g2, _ = blurs
-    cb, cr = _chroma_planes(x, y)
-    full_e, half_e = _energies_across_scales(y * 255)
-    over, rng = _overshoot_maps(y, g2)
-    return {"fine": y - g1, "mid": g1 - g2, "blocks": noise_sigma_blocks(y) * 255,
-            "full_e": full_e, "half_e": half_e, "dots": _impulse_dots(x), "over": over, "range": rng,
-            "cb": noise_sigma_blocks(cb), "cr": noise_sigma_blocks(cr)}
-
-
-def _noise_measures(maps: dict[str, np.ndarray], edge_range: float) -> dict[str, float]:
-    """``NOISE_MEASURES`` from ``_noise_maps`` (or a part of them); ``edge_range``: ``_edge_range`` of the frame."""
-    f, m = float(np.var(maps["fine"])), float(np.var(maps["mid"]))
-    return {"noise_flat": float(np.percentile(maps["blocks"], 10)),
-            "noise_scales": _quietest_noise_sigma(maps["full_e"], maps["half_e"]),
-            "chroma_noise": float(np.percentile(maps["cb"], 10) + np.percentile(maps["cr"], 10)) * 127.5,
-            "impulse": np.count_nonzero(maps["dots"]) / maps["dots"].size,
-            "overshoot": _overshoot_ratio(maps["over"], maps["range"], edge_range),
-            "fine_to_mid": float(np.log10((f + 1e-9) / (m + 1e-9)))}
-
-
-def noise_measures(x: np.ndarray, y: np.ndarray, blurs: Optional[tuple] = None, by_halves: bool = True
-                   ) -> dict[str, float]:
-    """``NOISE_MEASURES`` of the frame, and with ``by_halves`` of each half of it as "<measure>@<half>" (none below
-    ``MIN_PART_SIDE`` px). Edges for the overshoot are the frame's strongest tenth in every half (``_edge_range``,
-    found once). ``blurs``: ``_blurs(y)`` when already made."""
-    maps = _noise_maps(x, y, blurs if blurs is not None else _blurs(y))
-    edges = _edge_range(maps["range"])
-    out = _noise_measures(maps, edges)
-    if by_halves and min(x.shape[:2]) >= 2 * MIN_PART_SIDE:
-        for where in HALVES:
-            half = _noise_measures({name: _half(a, where) for name, a in maps.items()}, edges)
-            out.update({f"{k}@{where}": v for k, v in half.items()})
-    return out
-
-
 # ------------------------------------------------------------------------------------ black point
 # Brightening lifts the darkest tones most (a gamma < 1, a raised exposure or shadows curve), so the black point
 # rises with it; a high-key photo (a white wall, a bright sky, a pale backdrop) may have hardly any dark area, yet
@@ -551,41 +472,40 @@ def noise_measures(x: np.ndarray, y: np.ndarray, blurs: Optional[tuple] = None, 
 BLACK_POINT_PERCENT = 0.1
 
 
-def measure(image: ImageLike, by_halves: bool = True) -> dict[str, float]:
-    """No-reference statistics of one image (see the module docstring for units and working size). ``by_halves``:
-    also the noise measures of each half of the frame (``noise_measures``); a part of a frame the analyst measures
-    alone is not halved again (its halves read noise in clean parts: the half offsets are fitted on whole frames)."""
+def measure(image: ImageLike) -> dict[str, float]:
+    """No-reference statistics of one image (see the module docstring for units and working size)."""
     x = in_8bit_steps(at_working_size(as_float_rgb(image)))
     if min(x.shape[:2]) < MIN_SIDE:
         raise ValueError(f"the image is {x.shape[1]}×{x.shape[0]} px: too small for the offline analyst's "
                          f"statistics (at least {MIN_SIDE} px a side)")
     y = luma(x)
     y255 = y * 255
-    blurs = _blurs(y)
-    f, m, c = band_energies(y, blurs)
-    noise = noise_measures(x, y, blurs, by_halves)
+    f, m, c = band_energies(y)
+    block_sigmas = noise_sigma_blocks(y) * 255
     p = np.percentile(y255, [1, 5, 10, 50, 90, 95, 99, BLACK_POINT_PERCENT])
     xmax, xmin = channel_range(x)
     chroma = xmax - xmin
     smooth_chroma = _smooth_chroma(x) * 255
+    cb, cr = _chroma_planes(x, y)
     hard_clip, hard_clip_share = hard_saturation_clip(xmax, xmin)
     local_std = np.sqrt(np.maximum(_blur(y * y, 3.0) - _blur(y, 3.0) ** 2, 0)) * 255
     streak, fine_peak, streak_mid = directional_detail(y)
+    noise_scales = noise_sigma_across_scales(y255)
     return {
         # blur / detail
         "lap_var": float(cv2.Laplacian(y255, cv2.CV_32F).var()),
         "reblur": reblur_score(y),
-        "fine_to_mid": noise["fine_to_mid"],
-        "fine_to_mid_net": fine_to_mid_net_of_noise(f, m, noise["noise_scales"]),
+        "fine_to_mid": float(np.log10((f + 1e-9) / (m + 1e-9))),
+        "fine_to_mid_net": fine_to_mid_net_of_noise(f, m, noise_scales),
         "mid_to_coarse": float(np.log10((m + 1e-9) / (c + 1e-9))),
         "edge_sharp": edge_sharpness(y),
         "fine_conc": fine_band_concentration(y),
         # noise
-        "noise_flat": noise["noise_flat"],
-        "noise_scales": noise["noise_scales"],
+        "noise_flat": float(np.percentile(block_sigmas, 10)),
+        "noise_scales": noise_scales,
         "dead_flat": dead_flat_share(y255),
-        "impulse": noise["impulse"],
-        "chroma_noise": noise["chroma_noise"],
+        "impulse": impulse_fraction(x),
+        "chroma_noise": float(np.percentile(noise_sigma_blocks(cb), 10) + np.percentile(noise_sigma_blocks(cr), 10)) * 127.5,
         # compression
         "blockiness": blockiness(y),
         "jpeg_grid": jpeg_grid(y),
@@ -615,11 +535,10 @@ def measure(image: ImageLike, by_halves: bool = True) -> dict[str, float]:
         "occupancy": level_occupancy(x),
         "colors": float(distinct_colors(x)),
         # sharpening
-        "overshoot": noise["overshoot"],
+        "overshoot": halo_overshoot(y),
         # directional blur, pure-primary colour (see their block above)
         "motion_streak": streak, "fine_orient_peak": fine_peak, "motion_streak_mid": streak_mid,
         "colored_full_clip": colored_full_clip(xmax, xmin),
-        **{k: v for k, v in noise.items() if "@" in k},
     }
 
 
