@@ -126,49 +126,52 @@ def _which_question(type_name: str, damaged_half: str) -> tuple[str, str]:
     return WHICH[type_name].format(a, b) + f" A. The {a} B. The {b}", "A" if damaged_half == first else "B"
 
 
+# Every row has every field (one header for the record): what a row does not ask is None.
+_ANSWERS = {"part_yes": None, "whole_yes": None, "part_fr_yes": None, "whole_fr_yes": None, "score": None, "score_fr": None}
+
+
+def _row(kind: str, damage: str, asked_about: str, level: int, half: Optional[str], key: bool, **answers) -> dict:
+    return {"kind": kind, "damage": damage, "asked_about": asked_about, "level": level, "half": half, "key": key,
+            **_ANSWERS, **answers}
+
+
 def score_photo(measured: dict, th: dict) -> list[dict]:
     """One row per question: "is" rows ask whether a half shows the damage (keyed Yes on the damaged half, No on the
     other and on every half of the clean photo); "which" rows ask which half shows more of it (keyed the damaged
-    half; ``*_yes`` is then whether the answer names it). Each answered from the part measured alone and from the
-    whole image, without the reference and (damaged photos) with it."""
+    half; ``*_yes`` is then whether the answer names it); "image" rows ask it of the whole image (keyed Yes on the
+    half-damaged image, No on the clean photo), with its scores. Each answered from the part measured alone and from
+    the whole image, without the reference and (damaged photos) with it."""
     rows = []
     clean = {k: sv.analyze_stats(v["nr"], None, th) for k, v in measured["clean"].items()}
     for type_name, question in QUESTIONS.items():
         image_query = question.format("image")
-        rows.append({"kind": "image", "damage": "clean", "asked_about": type_name, "level": 0, "half": None,
-                     "key": False, "part_yes": None, "whole_yes": _yes(image_query, clean["whole"]) == "A",
-                     "part_fr_yes": None, "whole_fr_yes": None, "score": fc.score_of(clean["whole"]), "score_fr": None})
+        rows.append(_row("image", "clean", type_name, 0, None, False,
+                         whole_yes=_yes(image_query, clean["whole"]) == "A", score=fc.score_of(clean["whole"])))
         for half in HALVES:
             query = question.format(half)
-            rows.append({"kind": "is", "damage": "clean", "asked_about": type_name, "level": 0, "half": half,
-                         "key": False, "part_yes": _yes(query, clean[half]) == "A",
-                         "whole_yes": _yes(query, clean["whole"]) == "A", "part_fr_yes": None, "whole_fr_yes": None,
-                         "score": None, "score_fr": None})
+            rows.append(_row("is", "clean", type_name, 0, half, False, part_yes=_yes(query, clean[half]) == "A",
+                             whole_yes=_yes(query, clean["whole"]) == "A"))
         for level in LEVELS:
             damaged_half, stats = measured[f"{type_name}|{level}"]
             nr = {k: sv.analyze_stats(v["nr"], None, th) for k, v in stats.items()}
             fr = {k: sv.analyze_stats(v["nr"], v["fr"], th) for k, v in stats.items()}
-            rows.append({"kind": "image", "damage": type_name, "asked_about": type_name, "level": level,
-                         "half": damaged_half, "key": True, "part_yes": None,
-                         "whole_yes": _yes(image_query, nr["whole"]) == "A", "part_fr_yes": None,
-                         "whole_fr_yes": _yes(image_query, fr["whole"], reference=True) == "A",
-                         "score": fc.score_of(nr["whole"]), "score_fr": fc.score_of(fr["whole"])})
+            rows.append(_row("image", type_name, type_name, level, damaged_half, True,
+                             whole_yes=_yes(image_query, nr["whole"]) == "A",
+                             whole_fr_yes=_yes(image_query, fr["whole"], reference=True) == "A",
+                             score=fc.score_of(nr["whole"]), score_fr=fc.score_of(fr["whole"])))
             for half, key in ((damaged_half, True), (OPPOSITE[damaged_half], False)):
                 query = question.format(half)
-                rows.append({"kind": "is", "damage": type_name, "asked_about": type_name, "level": level,
-                             "half": half, "key": key, "part_yes": _yes(query, nr[half]) == "A",
-                             "whole_yes": _yes(query, nr["whole"]) == "A", "part_fr_yes": _yes(query, fr[half], reference=True) == "A",
-                             "whole_fr_yes": _yes(query, fr["whole"], reference=True) == "A",
-                             "score": None, "score_fr": None})
+                rows.append(_row("is", type_name, type_name, level, half, key,
+                                 part_yes=_yes(query, nr[half]) == "A", whole_yes=_yes(query, nr["whole"]) == "A",
+                                 part_fr_yes=_yes(query, fr[half], reference=True) == "A",
+                                 whole_fr_yes=_yes(query, fr["whole"], reference=True) == "A"))
             query, right = _which_question(type_name, damaged_half)
             pair = sorted((damaged_half, OPPOSITE[damaged_half]), key=HALVES.index)
-            rows.append({"kind": "which", "damage": type_name, "asked_about": type_name, "level": level,
-                         "half": damaged_half, "key": True,
-                         "part_yes": _yes(query, nr[damaged_half], [(h, nr[h]) for h in pair]) == right,
-                         "whole_yes": _yes(query, nr["whole"]) == right,
-                         "part_fr_yes": _yes(query, fr[damaged_half], [(h, fr[h]) for h in pair], True) == right,
-                         "whole_fr_yes": _yes(query, fr["whole"], reference=True) == right,
-                         "score": None, "score_fr": None})
+            rows.append(_row("which", type_name, type_name, level, damaged_half, True,
+                             part_yes=_yes(query, nr[damaged_half], [(h, nr[h]) for h in pair]) == right,
+                             whole_yes=_yes(query, nr["whole"]) == right,
+                             part_fr_yes=_yes(query, fr[damaged_half], [(h, fr[h]) for h in pair], True) == right,
+                             whole_fr_yes=_yes(query, fr["whole"], reference=True) == right))
     return rows
 
 

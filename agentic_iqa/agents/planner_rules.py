@@ -280,6 +280,12 @@ def frame_part(region: str) -> Optional[FramePart]:
     return FramePart(top, left, bottom, right, " ".join(words.split()), subject)
 
 
+def place_words(part_name: str) -> list[str]:
+    """The words of a part's name that say where it lies ('top-left corner' -> ['top', 'left']), which an answer
+    option naming that part must say ("A. The top left"); 'far' says how far it reaches, not where."""
+    return [t for t in re.split(r"[\s-]+", part_name.lower()) if re.fullmatch(_POSITION_WORDS, t) and t != "far"]
+
+
 _SHARP_WORDS = re.compile(rf"\b(?:{_SHARP_TERMS})\b", re.I)
 _BLUR_WORDS = re.compile(rf"\b(?:{_BLUR_TERMS})\b", re.I)
 

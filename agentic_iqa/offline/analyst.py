@@ -36,6 +36,7 @@ from agentic_iqa.agents.planner_rules import (
     frame_part,
     mcq_options,
     named_distortions,
+    place_words,
     question_part,
     rule_plan,
 )
@@ -636,8 +637,7 @@ def _answer_parts_compared(query: str, first: str, winner: Optional[str], found:
     if winner is None:
         same = [k for k, v in texts.items() if re.search(r"\b(?:same|equal|neither|both|no difference)\b", v, re.I)]
         return same[0] if len(same) == 1 else None
-    words = [w for w in re.split(r"[\s-]+", winner) if re.fullmatch(r"top|bottom|upper|lower|left|right|cent(?:er|re)|middle", w)]
-    named = [k for k, v in texts.items() if all(re.search(rf"\b{w}\b", v, re.I) for w in words)]
+    named = [k for k, v in texts.items() if all(re.search(rf"\b{w}\b", v, re.I) for w in place_words(winner))]
     return named[0] if len(named) == 1 else None
 
 
