@@ -62,7 +62,7 @@ def _score_image(args) -> dict:
         tmp = cfile.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps(raw))
         tmp.replace(cfile)
-    an = sv.analyze(at_working_size(y))
+    an = sv.analyze(at_working_size(y), look=True)  # as the offline assessment judges a whole image
     return {"analyst": fc.score_of(an), "pipeline": ovst.pipeline_score(an, raw, "nr"), "raw": raw,
             "detected": sorted(c for c, a in an.items() if a.severity != "none")}
 

@@ -207,7 +207,7 @@ def check_cli(photos, per_source: int, n: int) -> list[dict]:
             yl = load_image(ypath).float_pixels()
             xl = load_image(xpath).float_pixels()
             for mode, ref in (("nr", None), ("fr", xpath)):
-                an = sv.analyze(at_working_size(yl), at_working_size(xl) if ref else None)
+                an = sv.analyze(at_working_size(yl), at_working_size(xl) if ref else None, look=True)
                 raw = {tn: raw_score(tn, yl, xl) for tn in TOOLS[mode]}
                 mine = pipeline_score(an, raw, mode)
                 cli = assessor.assess(str(ypath), reference=str(ref) if ref else None, use_cache=False).score

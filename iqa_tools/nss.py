@@ -198,6 +198,13 @@ def _brisque_nss(luma: np.ndarray) -> list:
     return feats
 
 
+def brisque_features(pixels: np.ndarray) -> np.ndarray:
+    """BRISQUE's 36 natural-scene features (two scales of 18) of H×W×3 pixels, float32, as pyiqa computes them."""
+    x = y255(pixels)
+    feats = _brisque_nss(x) + _brisque_nss(imresize(x, 0.5))
+    return np.array([F32(f) for f in feats], dtype=F32)
+
+
 class Brisque:
     """pyiqa `brisque` (version 'original', Y of YIQ, the LIVE SVR) on H×W×3 pixels.
 
@@ -213,9 +220,7 @@ class Brisque:
 
     def features(self, pixels: np.ndarray) -> np.ndarray:
         """The 36 features (two scales of 18), float32."""
-        x = y255(pixels)
-        feats = _brisque_nss(x) + _brisque_nss(imresize(x, 0.5))
-        return np.array([F32(f) for f in feats], dtype=F32)
+        return brisque_features(pixels)
 
     def svr(self, features: np.ndarray) -> float:
         """The LIVE epsilon-SVR (RBF, γ 0.05, ρ −153.591) on features scaled to [-1, 1] by the MATLAB ranges."""

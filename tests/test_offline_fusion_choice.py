@@ -76,7 +76,7 @@ def _expected(result, image, reference, mode):
     the spec's formula with its η and the analyst's distribution measured independently here."""
     yl = at_working_size(load_image(image).float_pixels())
     xl = at_working_size(load_image(reference).float_pixels()) if reference else None
-    an = sv.analyze(yl, xl)
+    an = sv.analyze(yl, xl, look=True)  # the whole image: without a reference, its look counts too
     choice = analyst.fusion_choice()[mode]
     detected = [c for c, a in an.items() if a.severity != "none"] or [OVERALL]
     names = {choice["tools"].get(c, choice["tools"][OVERALL]) for c in detected}

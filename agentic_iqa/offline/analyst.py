@@ -131,7 +131,7 @@ class OfflineRoles:
         from agentic_iqa.offline import severity
 
         if reference is None:
-            return severity.analyze(image)
+            return severity.analyze(image, look=True)
         from agentic_iqa.offline.stats import measure
 
         ref_stats, image_stats = _reference_stats(ref_hash, reference), measure(image)
@@ -452,7 +452,7 @@ def _reasoning(analyses: dict, evidence: ExecutorOutput, fused, expected: float,
         for lg in evidence.tool_logs if lg.ok
     ]
     tools = list(dict.fromkeys(tools))
-    text = " ".join(parts)
+    text = " ".join(parts) + _look_note(analyses)
     if tools:
         text += " Tools: " + "; ".join(tools) + "."
     if not found and (plan is None or plan.reference_mode != "Full-Reference"):  # with one, the reference is the bar
@@ -467,6 +467,15 @@ def _reasoning(analyses: dict, evidence: ExecutorOutput, fused, expected: float,
         # Unweighted, the fused score is the expected level itself: said once ("at 4.84: 4.84 (A)" read as a typo).
         text += f" Measured severities put the expected level at {stated} ({fused.level}); the tools are shown, not weighted."
     return text
+
+
+def _look_note(analyses: dict) -> str:
+    """A sentence when the photo's overall look (``severity.Analyses``) moved the score."""
+    shift = getattr(analyses, "look_shift", 0.0)
+    if abs(shift) < 0.05:
+        return ""
+    return (f" Overall, photos that measure like this one are rated about {1 + 4 * analyses.look:.1f} of 5 by people"
+            f" (a model fitted on 8,000 rated photos): the score {'rises' if shift > 0 else 'falls'} by {abs(shift):.2f}.")
 
 
 # A no-reference tool's normalized score that clean photos stay above. BRISQUE: clean scikit-image training photos

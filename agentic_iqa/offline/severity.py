@@ -952,16 +952,33 @@ def analyze_stats(nr: dict, fr: Optional[dict] = None, thresholds: Optional[dict
     return {c: best[c] for c in DISTORTION_CATEGORIES}
 
 
+class Analyses(dict):
+    """One image's analyses ({category: CategoryAnalysis}) with, when it was judged without a reference, how good
+    the photo looks overall (``look``: the look model's predicted opinion, 0..1, ``offline.look``) and the points of
+    quality that moves its score by (``look_shift``, ``look.look_shift``)."""
+
+    look: Optional[float] = None
+    look_shift: float = 0.0
+
+
 def analyze(image: st.ImageLike, reference: Optional[st.ImageLike] = None,
             thresholds: Optional[dict] = None, reference_stats: Optional[dict] = None,
-            image_stats: Optional[dict] = None) -> dict[str, CategoryAnalysis]:
+            image_stats: Optional[dict] = None, look: bool = False) -> dict[str, CategoryAnalysis]:
     """Measure an image (and, if given, compare it with its reference) and judge every category.
     ``reference_stats`` / ``image_stats``: the reference's / image's ``stats.measure``, when already known (a batch
-    sharing one reference; a caller that also judges the image without its reference)."""
+    sharing one reference; a caller that also judges the image without its reference). ``look``: without a
+    reference, also judge the photo's overall look (``Analyses``); the whole-image NR score uses it."""
     x = st.as_float_rgb(image)
     nr = image_stats if image_stats is not None else st.measure(x)
     fr = st.measure_fr(x, reference, image_stats=nr, reference_stats=reference_stats) if reference is not None else None
-    return analyze_stats(nr, fr, thresholds)
+    out = Analyses(analyze_stats(nr, fr, thresholds))
+    if look and reference is None:
+        from . import look as lk
+
+        same_size = max(x.shape[:2]) <= lk.LOOK_SIDE  # then the statistics above are the look's own
+        out.look = lk.predicted_opinion(x, nr if same_size else None)
+        out.look_shift = lk.look_shift(out.look, overall_badness(out))
+    return out
 
 
 def rank_key(a: CategoryAnalysis) -> tuple:
@@ -1031,6 +1048,7 @@ def level_distribution(analyses: dict[str, CategoryAnalysis] | Iterable[Category
     """
     items = list(analyses.values() if isinstance(analyses, dict) else analyses)
     q = quality_from_badness(overall_badness(items))
+    q = min(5.0, max(1.0, q + getattr(analyses, "look_shift", 0.0)))  # the photo's overall look (``Analyses``)
     worst = max(items, key=lambda a: a.level_raw) if items else None
     spread = 0.45 + 0.6 * (1.0 - (worst.confidence if worst else 0.5))
     lo, hi = -6.0, 12.0
