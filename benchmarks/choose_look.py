@@ -177,7 +177,8 @@ def main(argv=None) -> int:
     th_all = sv.load_thresholds()  # the shipped fit: subset 03 is in no corpus source
     biq_cubed = np.array([cubed_badness(sv.analyze_stats(
         {k: v for k, v in f["features"].items() if not k.startswith("brisque_")}, None, th_all)) for f in biq_stats])
-    oof, mos = (np.array([fitted[k][n] for n in names]) for k in ("subset03_oof", "subset03_mos"))
+    ratings = fit_look.biq_ratings(args.biq)  # read from the checkout: the scores are not redistributed here
+    oof, mos = np.array([fitted["subset03_oof"][n] for n in names]), np.array([ratings[n.lower()] for n in names])
     biq = {gt: float(stats.spearmanr(score(biq_cubed, oof, *gt), mos)[0]) for gt in settings()}
 
     photos = fc.build_corpus(args.cache, 512)

@@ -233,8 +233,7 @@ def main(argv=None) -> int:
                "weights": model["weights"].tolist(), "intercept": model["intercept"]}
     record = {"protocol": __doc__.split("Protocol")[1].split("Writes")[0].strip(), "cv_srcc": cv, "chosen": chosen,
               "penalty": penalty, "evaluation_only": evaluation, "skipped": [p for p, _ in bad],
-              "subset03_oof": {Path(p).name: float(v) for p, v in zip([p for p, k in zip(train, ok) if k], oof)},
-              "subset03_mos": {Path(p).name: float(v) for p, v in zip([p for p, k in zip(train, ok) if k], y)}}
+              "subset03_oof": {Path(p).name: float(v) for p, v in zip([p for p, k in zip(train, ok) if k], oof)}}
     RECORD.write_text(json.dumps(record, indent=1) + "\n")
     if not args.no_write:
         from agentic_iqa.offline.look import MODEL_PATH

@@ -140,3 +140,14 @@ def test_the_choice_script_scores_as_the_product_does(monkeypatch):
         cubed = sum(sv._softplus(a.level_raw) ** 3 for a in an.values())
         theirs = choose_look.score(np.array([cubed]), np.array([an.look]), "shift_clean", 3.0, 0.65, 3.0)[0]
         assert sv.expected_level(sv.level_distribution(an)) == pytest.approx(theirs, abs=1e-6)
+
+
+def test_the_reasoning_says_when_the_look_moved_the_score():
+    from agentic_iqa import assess
+
+    retina = assess("example:retina")  # a fundus photo: nothing detected, but it looks like a fair photo to people
+    assert "Overall, photos that measure like this one are rated about 3.0 of 5 by people" in retina.result.quality_reasoning
+    assert "the score falls by" in retina.result.quality_reasoning and "and the overall look put the expected level" in retina.result.quality_reasoning
+    assert retina.score < 4.5
+    chelsea = assess("example:chelsea")  # looks as good as the threshold: moved by less than a note is worth
+    assert "Overall, photos" not in chelsea.result.quality_reasoning and "Measured severities put" in chelsea.result.quality_reasoning

@@ -452,30 +452,39 @@ def _reasoning(analyses: dict, evidence: ExecutorOutput, fused, expected: float,
         for lg in evidence.tool_logs if lg.ok
     ]
     tools = list(dict.fromkeys(tools))
-    text = " ".join(parts) + _look_note(analyses)
+    look_note = _look_note(analyses)
+    text = " ".join(parts) + look_note
+    basis = "Measured severities and the overall look" if look_note else "Measured severities"
     if tools:
         text += " Tools: " + "; ".join(tools) + "."
     if not found and (plan is None or plan.reference_mode != "Full-Reference"):  # with one, the reference is the bar
         text += _tool_disagrees(evidence)
     stated = f"{expected:.2f}" + ("" if f"{expected:.2f}" == f"{fused.score:.2f}" else f", scored {fused.score:.2f}")
     if not tools:  # nothing to fuse or show: say so, and why, instead of "fused with the tools"
-        text += (f" Measured severities put the expected level at {stated} ({fused.level}), with no tool score to fuse:"
+        text += (f" {basis} put the expected level at {stated} ({fused.level}), with no tool score to fuse:"
                  f" {_why_no_tool(evidence, plan)}.")
     elif weighted:
-        text += f" Measured severities put the expected level at {expected:.2f}; fused with the tools: {fused.score:.2f} ({fused.level})."
+        text += f" {basis} put the expected level at {expected:.2f}; fused with the tools: {fused.score:.2f} ({fused.level})."
     else:  # η 0: on held-out photos the tools made this answer worse (benchmarks/choose_fusion.py)
         # Unweighted, the fused score is the expected level itself: said once ("at 4.84: 4.84 (A)" read as a typo).
-        text += f" Measured severities put the expected level at {stated} ({fused.level}); the tools are shown, not weighted."
+        text += f" {basis} put the expected level at {stated} ({fused.level}); the tools are shown, not weighted."
     return text
+
+
+LOOK_NOTE_MIN = 0.05  # a look that moves the score less is not worth a sentence
 
 
 def _look_note(analyses: dict) -> str:
     """A sentence when the photo's overall look (``severity.Analyses``) moved the score."""
     shift = getattr(analyses, "look_shift", 0.0)
-    if abs(shift) < 0.05:
+    if abs(shift) < LOOK_NOTE_MIN:
         return ""
+    from agentic_iqa.offline.look import load_model
+
+    photos = load_model().about.get("photos")
     return (f" Overall, photos that measure like this one are rated about {1 + 4 * analyses.look:.1f} of 5 by people"
-            f" (a model fitted on 8,000 rated photos): the score {'rises' if shift > 0 else 'falls'} by {abs(shift):.2f}.")
+            f" (a model fitted on {f'{photos:,} ' if isinstance(photos, int) else ''}rated photos): the score "
+            f"{'rises' if shift > 0 else 'falls'} by {abs(shift):.2f}.")
 
 
 # A no-reference tool's normalized score that clean photos stay above. BRISQUE: clean scikit-image training photos

@@ -41,18 +41,23 @@ def at_look_size(x: np.ndarray) -> np.ndarray:
     return cv2.resize(x, (max(1, round(w * s)), max(1, round(h * s))), interpolation=cv2.INTER_AREA)
 
 
-def look_features(image: st.ImageLike, image_stats: dict | None = None) -> dict[str, float]:
-    """The model's inputs for one image: ``stats.measure`` and BRISQUE's features (``brisque_0``…``brisque_35``),
-    both at the look size. ``image_stats``: the image's ``stats.measure`` when it was already measured at that
-    size (an image no larger than the look size is measured at its own size by the analyst too)."""
+def brisque_look_features(image: st.ImageLike) -> dict[str, float]:
+    """BRISQUE's 36 features (``brisque_0``…``brisque_35``) at the look size."""
     from iqa_tools.nss import brisque_features
 
     x = at_look_size(st.as_float_rgb(image))
-    s = dict(image_stats) if image_stats is not None else st.measure(x)
     with np.errstate(divide="ignore", invalid="ignore"):  # a flat image: NaN features, mapped to the median below
         f = brisque_features(st.in_8bit_steps(x))
-    s.update({f"brisque_{i}": float(v) for i, v in enumerate(f)})
-    return s
+    return {f"brisque_{i}": float(v) for i, v in enumerate(f)}
+
+
+def look_features(image: st.ImageLike, image_stats: dict | None = None) -> dict[str, float]:
+    """The model's inputs for one image: ``stats.measure`` and BRISQUE's features, both at the look size.
+    ``image_stats``: the image's ``stats.measure`` when it was already measured at that size (an image no larger
+    than the look size is measured at its own size by the analyst too)."""
+    x = at_look_size(st.as_float_rgb(image))
+    s = dict(image_stats) if image_stats is not None else st.measure(x)
+    return {**s, **brisque_look_features(x)}
 
 
 @dataclass(frozen=True)
@@ -64,22 +69,21 @@ class LookModel:
     intercept: float
     about: dict
     combination: dict      # {"gain", "threshold", "reach"}: how the look moves the analyst's score (``look_shift``)
+    maps: tuple            # per feature: (its distinct knots, their normal scores), for ``predict``
 
     def predict(self, features: dict[str, float]) -> float:
         """Predicted mean opinion score, 0..1 (clipped; the regression itself is unbounded)."""
         missing = [n for n in self.names if n not in features]
         if missing:
             raise ValueError(f"look model: features missing: {', '.join(missing[:5])}")
-        v = np.array([features[n] for n in self.names], dtype=np.float64)
-        zs = np.array([_normal_score(v[j], self.knots[:, j], self.z) for j in range(len(v))])
-        return float(np.clip(zs @ self.weights + self.intercept, 0.0, 1.0))
+        zs = [_normal_score(features[n], xs, zq) for n, (xs, zq) in zip(self.names, self.maps)]
+        return float(np.clip(np.dot(zs, self.weights) + self.intercept, 0.0, 1.0))
 
 
 def _normal_score(value: float, knots: np.ndarray, z: np.ndarray) -> float:
-    if not np.isfinite(value):
-        return 0.0  # an undefined feature (a flat image) counts as typical
-    u, first = np.unique(knots, return_index=True)
-    return float(np.interp(value, u, z[first])) if len(u) > 1 else 0.0
+    if not np.isfinite(value) or len(knots) < 2:
+        return 0.0  # an undefined feature (a flat image), or one constant in training, counts as typical
+    return float(np.interp(value, knots, z))
 
 
 def model_from_dict(d: dict) -> LookModel:
@@ -99,7 +103,8 @@ def model_from_dict(d: dict) -> LookModel:
     if not all(np.isfinite(v) and v >= 0 for v in combination.values()) or combination["reach"] == 0:
         raise ValueError("look model: combination gain, threshold and reach must be finite and non-negative "
                          "(reach above 0)")
-    return LookModel(names, knots, z, w, float(d["intercept"]), dict(d.get("about", {})), combination)
+    maps = tuple((u, z[first]) for u, first in (np.unique(knots[:, j], return_index=True) for j in range(len(names))))
+    return LookModel(names, knots, z, w, float(d["intercept"]), dict(d.get("about", {})), combination, maps)
 
 
 @lru_cache(maxsize=4)

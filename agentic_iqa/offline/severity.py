@@ -969,15 +969,24 @@ def analyze(image: st.ImageLike, reference: Optional[st.ImageLike] = None,
     sharing one reference; a caller that also judges the image without its reference). ``look``: without a
     reference, also judge the photo's overall look (``Analyses``); the whole-image NR score uses it."""
     x = st.as_float_rgb(image)
-    nr = image_stats if image_stats is not None else st.measure(x)
-    fr = st.measure_fr(x, reference, image_stats=nr, reference_stats=reference_stats) if reference is not None else None
-    out = Analyses(analyze_stats(nr, fr, thresholds))
-    if look and reference is None:
-        from . import look as lk
+    if not (look and reference is None):
+        nr = image_stats if image_stats is not None else st.measure(x)
+        fr = st.measure_fr(x, reference, image_stats=nr, reference_stats=reference_stats) if reference is not None else None
+        return Analyses(analyze_stats(nr, fr, thresholds))
+    from concurrent.futures import ThreadPoolExecutor
 
-        same_size = max(x.shape[:2]) <= lk.LOOK_SIDE  # then the statistics above are the look's own
-        out.look = lk.predicted_opinion(x, nr if same_size else None)
-        out.look_shift = lk.look_shift(out.look, overall_badness(out))
+    from . import look as lk
+
+    # The look's own measurements run beside the statistics (independent; OpenCV and NumPy release the GIL). An image
+    # no larger than the look size shares the statistics, so only BRISQUE's features are the look's own.
+    same_size = max(x.shape[:2]) <= lk.LOOK_SIDE
+    with ThreadPoolExecutor(1, thread_name_prefix="agentic-iqa-look") as pool:
+        own = pool.submit(lk.brisque_look_features if same_size else lk.look_features, x)
+        nr = image_stats if image_stats is not None else st.measure(x)
+        features = {**nr, **own.result()} if same_size else own.result()
+    out = Analyses(analyze_stats(nr, None, thresholds))
+    out.look = lk.load_model().predict(features)
+    out.look_shift = lk.look_shift(out.look, overall_badness(out))
     return out
 
 
