@@ -52,6 +52,9 @@ FORMS = {"cubic": (1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0),  # levels of
 THRESHOLDS = (0.3, 0.4, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8)
 MARGIN = 0.01
 RECORD = ROOT / "benchmarks" / "corpus" / "look_choice.json"
+# Bump when ``_opinions`` changes. 2: through ``look.look_features``, as the product computes them (version 1 skipped
+# its 8-bit rounding: opinions up to 0.0008 apart; the shipped choice was made with version 1).
+OPINIONS_VERSION = "2"
 
 
 def _photo_opinions(args) -> list[float]:
@@ -67,16 +70,11 @@ def _photo_opinions(args) -> list[float]:
 
 
 def _opinions(path, gray, damaged, rows) -> list[float]:
-    from iqa_tools.nss import brisque_features
-
     model = lk.load_model()
     x = np.asarray(fc.Image.open(path).convert("RGB"), dtype=np.float32) / 255
 
-    def opinion(y, nr):
-        f = dict(nr)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            f.update({f"brisque_{i}": float(v) for i, v in enumerate(brisque_features(y))})
-        return model.predict(f)
+    def opinion(y, nr):  # y is at the look size already (a 512 px working copy): its statistics are the look's own
+        return model.predict(lk.look_features(y, nr))
 
     out = [opinion(x, rows[0])]
     if damaged:
@@ -187,7 +185,8 @@ def main(argv=None) -> int:
     damaged = ovst.damaged_photos(photos, args.per_source)
     # Opinions are cached with the look model they came from (its file's bytes) and the damage code.
     fitted_model = {k: v for k, v in json.loads(lk.MODEL_PATH.read_text()).items() if k != "combination"}
-    key = hashlib.sha1(json.dumps(fitted_model, sort_keys=True).encode() + fc._code_key().encode()).hexdigest()[:12]
+    key = hashlib.sha1(json.dumps(fitted_model, sort_keys=True).encode() + fc._code_key().encode()
+                       + OPINIONS_VERSION.encode()).hexdigest()[:12]
     cache_dir = args.cache / "look" / "opinions" / key
     cache_dir.mkdir(parents=True, exist_ok=True)
     jobs = [(p["path"], p["gray"], i in damaged,

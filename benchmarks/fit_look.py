@@ -40,6 +40,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import fit_corpus as fc  # noqa: E402
 from agentic_iqa.bench.manifest import read_manifest  # noqa: E402
+from agentic_iqa.offline.look import feature_maps, normal_scores  # noqa: E402
 
 RECORD = ROOT / "benchmarks" / "corpus" / "look_fit.json"
 FOLDS = 5
@@ -126,25 +127,16 @@ def quantile_map(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.nanquantile(X, qs, axis=0), ndtri(qs)
 
 
-def normal_scores(X: np.ndarray, knots: np.ndarray, z: np.ndarray) -> np.ndarray:
-    out = np.zeros_like(X)
-    for j in range(X.shape[1]):
-        u, first = np.unique(knots[:, j], return_index=True)
-        if len(u) > 1:
-            out[:, j] = np.interp(X[:, j], u, z[first])
-    return np.where(np.isfinite(X), out, 0.0)
-
-
 def fit_ridge(X: np.ndarray, y: np.ndarray, penalty: float) -> dict:
     knots, z = quantile_map(X)
-    Z = normal_scores(X, knots, z)
+    Z = normal_scores(X, feature_maps(knots, z))
     mu = float(y.mean())
     w = np.linalg.solve(Z.T @ Z + penalty * len(y) * np.eye(Z.shape[1]), Z.T @ (y - mu))
     return {"knots": knots, "z": z, "weights": w, "intercept": mu}
 
 
 def predict(m: dict, X: np.ndarray) -> np.ndarray:
-    return normal_scores(X, m["knots"], m["z"]) @ m["weights"] + m["intercept"]
+    return normal_scores(X, feature_maps(m["knots"], m["z"])) @ m["weights"] + m["intercept"]
 
 
 def out_of_fold(X: np.ndarray, y: np.ndarray, groups: np.ndarray, penalty: float) -> np.ndarray:

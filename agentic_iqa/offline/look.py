@@ -76,14 +76,23 @@ class LookModel:
         missing = [n for n in self.names if n not in features]
         if missing:
             raise ValueError(f"look model: features missing: {', '.join(missing[:5])}")
-        zs = [_normal_score(features[n], xs, zq) for n, (xs, zq) in zip(self.names, self.maps)]
-        return float(np.clip(np.dot(zs, self.weights) + self.intercept, 0.0, 1.0))
+        zs = normal_scores(np.array([[features[n] for n in self.names]], dtype=np.float64), self.maps)[0]
+        return float(np.clip(zs @ self.weights + self.intercept, 0.0, 1.0))
 
 
-def _normal_score(value: float, knots: np.ndarray, z: np.ndarray) -> float:
-    if not np.isfinite(value) or len(knots) < 2:
-        return 0.0  # an undefined feature (a flat image), or one constant in training, counts as typical
-    return float(np.interp(value, knots, z))
+def feature_maps(knots: np.ndarray, z: np.ndarray) -> tuple:
+    """Per feature (column of ``knots``): its distinct training quantiles and their normal scores."""
+    return tuple((u, z[first]) for u, first in (np.unique(knots[:, j], return_index=True) for j in range(knots.shape[1])))
+
+
+def normal_scores(X: np.ndarray, maps: tuple) -> np.ndarray:
+    """Features (n, k) mapped to normal scores through ``feature_maps``; an undefined value (a flat image) or a feature
+    constant in training counts as typical (0). The fit (``benchmarks/fit_look.py``) and ``predict`` both use it."""
+    out = np.zeros(X.shape)
+    for j, (u, zq) in enumerate(maps):
+        if len(u) > 1:
+            out[:, j] = np.interp(X[:, j], u, zq)
+    return np.where(np.isfinite(X), out, 0.0)
 
 
 def model_from_dict(d: dict) -> LookModel:
@@ -103,8 +112,8 @@ def model_from_dict(d: dict) -> LookModel:
     if not all(np.isfinite(v) and v >= 0 for v in combination.values()) or combination["reach"] == 0:
         raise ValueError("look model: combination gain, threshold and reach must be finite and non-negative "
                          "(reach above 0)")
-    maps = tuple((u, z[first]) for u, first in (np.unique(knots[:, j], return_index=True) for j in range(len(names))))
-    return LookModel(names, knots, z, w, float(d["intercept"]), dict(d.get("about", {})), combination, maps)
+    return LookModel(names, knots, z, w, float(d["intercept"]), dict(d.get("about", {})), combination,
+                     feature_maps(knots, z))
 
 
 @lru_cache(maxsize=4)
