@@ -39,9 +39,12 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import fit_corpus as fc  # noqa: E402
+from fit_corpus import figures  # noqa: E402
+import fit_damage  # noqa: E402
 import fit_look  # noqa: E402
 import offline_vs_single_tools as ovst  # noqa: E402
 from agentic_iqa.bench import synth  # noqa: E402
+from agentic_iqa.offline import damage as dm  # noqa: E402
 from agentic_iqa.offline import look as lk  # noqa: E402
 from agentic_iqa.offline import severity as sv  # noqa: E402
 
@@ -95,40 +98,26 @@ def cubed_badness(analyses: dict) -> float:
 
 
 def score(cubed: np.ndarray, opinions: np.ndarray, form: str, gain: float, threshold: float,
-          reach: float = 0.0) -> np.ndarray:
-    """The analyst's score with the look (``severity.quality_from_badness`` of the cubic norm, vectorized), combined
-    by ``form``: "cubic", one more term of the norm, ``gain · max(0, threshold − opinion)`` levels; "lower", the
-    quality lowered by ``gain · max(0, threshold − opinion)``; "shift", moved by ``gain · (opinion − threshold)``;
-    "shift_clean", the same shift fading out as the detected damage grows (gone at ``reach`` levels of badness)."""
+          reach: float = 0.0, levels: np.ndarray | None = None) -> np.ndarray:
+    """The analyst's score with the look (``severity.quality_from_badness`` of the combined badness, vectorized):
+    the cubic norm of the detected levels, blended with the damage model's ``levels`` as the shipped
+    ``damage_model.json`` says (``damage.blend``; none given: not blended). The look is combined by ``form``:
+    "cubic", one more term of the norm, ``gain · max(0, threshold − opinion)`` levels; "lower", the quality lowered
+    by ``gain · max(0, threshold − opinion)``; "shift", moved by ``gain · (opinion − threshold)``; "shift_clean", the
+    same shift fading out as the combined badness grows (gone at ``reach`` levels)."""
     look = np.maximum(0.0, threshold - opinions)
     b = (cubed + (gain * look) ** 3 * (form == "cubic")) ** (1 / 3)
+    if levels is not None:
+        d = dm.load_model()
+        b = dm.blend(b, levels, d.weight, d.offset)
     q = np.where(b <= 4.5, 5.0 - 0.8 * b, 1.0 + 0.4 * np.exp(-(b - 4.5) / 0.5))
     if form == "lower":
         q = q - gain * look
     elif form == "shift":
         q = q + gain * (opinions - threshold)
     elif form == "shift_clean":
-        q = q + gain * (opinions - threshold) * np.maximum(0.0, 1.0 - cubed ** (1 / 3) / reach)
+        q = q + gain * (opinions - threshold) * np.maximum(0.0, 1.0 - b / reach)
     return np.clip(q, 1.0, 5.0)
-
-
-def figures(s: np.ndarray, items: list[dict]) -> dict:
-    level = np.array([it["level"] for it in items])
-    groups: dict = {}
-    for i, it in enumerate(items):
-        if it["type"] is not None:
-            groups.setdefault((it["group"], it["type"]), []).append(i)
-    ix = np.array(list(groups.values()))  # every (photo, type) has its five levels
-    r = stats.rankdata(s[ix], axis=1) - 3.0  # ranks centred (1..5 -> -2..2); ties share a rank
-    lv = stats.rankdata(-level[ix], axis=1) - 3.0
-    norm = np.sqrt((r ** 2).sum(axis=1) * (lv ** 2).sum(axis=1))
-    intra = np.where(norm > 0, (r * lv).sum(axis=1) / np.where(norm > 0, norm, 1.0), 0.0)
-    c = s[level == 0]
-    f = {"intra_srcc": float(np.mean(intra)), "all_srcc": float(stats.spearmanr(s, -level)[0]),
-         "clean_mean": float(c.mean()), "clean_below_3_5": float(np.mean(c < 3.5))}
-    f["J_synthetic"] = (f["intra_srcc"] + f["all_srcc"] - max(0.0, 4.0 - f["clean_mean"])
-                        - max(0.0, f["clean_below_3_5"] - 0.10))
-    return f
 
 
 REACHES = (1.0, 2.0, 3.0)  # "shift_clean": badness (levels) at which the shift is gone
@@ -143,11 +132,11 @@ def settings() -> list[tuple[str, float, float, float]]:
                        for r in (REACHES if f == "shift_clean" else (0.0,))]
 
 
-def grid(items, cubed, opinions, biq_srcc: dict) -> dict:
+def grid(items, cubed, opinions, levels, biq_srcc: dict) -> dict:
     """J and its parts at every (gain, threshold); gain 0 once."""
     out = {}
     for setting in settings():
-        f = figures(score(cubed, opinions, *setting), items)
+        f = figures(score(cubed, opinions, *setting, levels=levels), items)
         f["biq_subset03_srcc"] = biq_srcc[setting]
         f["J"] = (f["J_synthetic"] + f["biq_subset03_srcc"] - 10 * max(0.0, INTRA_TARGET - f["intra_srcc"])
                   - 10 * max(0.0, f["clean_below_3_5"] - CLEAN_SHARE_TARGET))
@@ -173,11 +162,12 @@ def main(argv=None) -> int:
     names = sorted(fitted["subset03_oof"])
     biq_stats = fit_look.features_of([str(args.biq / "Images" / n) for n in names], args.cache, args.workers)
     th_all = sv.load_thresholds()  # the shipped fit: subset 03 is in no corpus source
-    biq_cubed = np.array([cubed_badness(sv.analyze_stats(
-        {k: v for k, v in f["features"].items() if not k.startswith("brisque_")}, None, th_all)) for f in biq_stats])
+    biq_nr = [{k: v for k, v in f["features"].items() if not k.startswith("brisque_")} for f in biq_stats]
+    biq_cubed = np.array([cubed_badness(sv.analyze_stats(nr, None, th_all)) for nr in biq_nr])
+    biq_levels = np.array([dm.load_model().level(nr) for nr in biq_nr])  # the shipped model: subset 03 is in no source
     ratings = fit_look.biq_ratings(args.biq)  # read from the checkout: the scores are not redistributed here
     oof, mos = np.array([fitted["subset03_oof"][n] for n in names]), np.array([ratings[n.lower()] for n in names])
-    biq = {gt: float(stats.spearmanr(score(biq_cubed, oof, *gt), mos)[0]) for gt in settings()}
+    biq = {gt: float(stats.spearmanr(score(biq_cubed, oof, *gt, levels=biq_levels), mos)[0]) for gt in settings()}
 
     photos = fc.build_corpus(args.cache, 512)
     measured = fc.measure_corpus(photos, args.cache, 1, "512")
@@ -195,13 +185,15 @@ def main(argv=None) -> int:
     with ProcessPoolExecutor(args.workers) as pool:
         opinions = list(pool.map(_photo_opinions, jobs))
     fits = fc.fits_without(photos, measured, [(s,) for s in sources], args.workers)
+    damage_models = fit_damage.fold_models(photos, measured, args.cache, args.workers)  # each source's, without it
 
     by_source: dict = {}
     for i, (p, m) in enumerate(zip(photos, measured)):
         th = fits[(p["source"],)]
         rows = [(m["clean"]["nr"], None, 0)] + ([(r["nr"], r["type"], r["level"]) for r in ovst.alt_rows(m)]
                                                 if i in damaged else [])
-        d = by_source.setdefault(p["source"], {"items": [], "cubed": [], "opinions": []})
+        d = by_source.setdefault(p["source"], {"items": [], "cubed": [], "opinions": [], "levels": []})
+        d["levels"] += list(fit_damage.predicted_levels(damage_models[p["source"]], [nr for nr, _, _ in rows]))
         for (nr, typ, level), op in zip(rows, opinions[i], strict=True):
             d["items"].append({"group": p["name"], "type": typ, "level": level})
             d["cubed"].append(cubed_badness(sv.analyze_stats(nr, None, th)))
@@ -209,7 +201,7 @@ def main(argv=None) -> int:
 
     def pooled(srcs):
         items = [it for s in srcs for it in by_source[s]["items"]]
-        return items, *(np.array([v for s in srcs for v in by_source[s][k]]) for k in ("cubed", "opinions"))
+        return items, *(np.array([v for s in srcs for v in by_source[s][k]]) for k in ("cubed", "opinions", "levels"))
 
     table = grid(*pooled(sources), biq)
     shipped = best_of(table)
@@ -217,9 +209,9 @@ def main(argv=None) -> int:
     for h in sources:
         fold_choice = best_of(grid(*pooled([s for s in sources if s != h]), biq))
         chosen_per_fold[h] = list(fold_choice)
-        items, cubed, ops = pooled([h])
-        nested[h] = {"chosen": list(fold_choice), "with": figures(score(cubed, ops, *fold_choice), items),
-                     "without": figures(score(cubed, ops, *UNUSED), items),
+        items, cubed, ops, levels = pooled([h])
+        nested[h] = {"chosen": list(fold_choice), "with": figures(score(cubed, ops, *fold_choice, levels=levels), items),
+                     "without": figures(score(cubed, ops, *UNUSED, levels=levels), items),
                      "n_images": len(items)}
     keys = ("intra_srcc", "all_srcc", "clean_mean", "clean_below_3_5")
     w = np.array([sum(it["level"] == 0 for it in by_source[h]["items"]) for h in sources], dtype=float)

@@ -62,6 +62,7 @@ from pathlib import Path
 
 import numpy as np
 from PIL import Image
+from scipy.stats import rankdata, spearmanr
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -337,6 +338,28 @@ def fit(photos, measured) -> dict:
 
 def score_of(an) -> float:
     return sv.expected_level(sv.level_distribution(an))
+
+
+def figures(s: np.ndarray, items: list[dict]) -> dict:
+    """The synthetic criterion's parts for scores ``s`` of ``items`` ({"group", "type" (None: clean), "level"}; every
+    (group, type) with its five levels): intra-(photo, type) SRCC, SRCC across all images, the clean photos' mean and
+    share below 3.5, and ``J_synthetic`` (choose_fusion.py's criterion). Vectorized, for the choice scripts."""
+    level = np.array([it["level"] for it in items])
+    groups: dict = {}
+    for i, it in enumerate(items):
+        if it["type"] is not None:
+            groups.setdefault((it["group"], it["type"]), []).append(i)
+    ix = np.array(list(groups.values()))  # every (photo, type) has its five levels
+    r = rankdata(s[ix], axis=1) - 3.0  # ranks centred (1..5 -> -2..2); ties share a rank
+    lv = rankdata(-level[ix], axis=1) - 3.0
+    norm = np.sqrt((r ** 2).sum(axis=1) * (lv ** 2).sum(axis=1))
+    intra = np.where(norm > 0, (r * lv).sum(axis=1) / np.where(norm > 0, norm, 1.0), 0.0)
+    c = s[level == 0]
+    f = {"intra_srcc": float(np.mean(intra)), "all_srcc": float(spearmanr(s, -level)[0]),
+         "clean_mean": float(c.mean()), "clean_below_3_5": float(np.mean(c < 3.5))}
+    f["J_synthetic"] = (f["intra_srcc"] + f["all_srcc"] - max(0.0, 4.0 - f["clean_mean"])
+                        - max(0.0, f["clean_below_3_5"] - 0.10))
+    return f
 
 
 def evaluate(photos, measured, thresholds, ladder: str) -> dict:

@@ -11,6 +11,8 @@ without a reference, as ``agentic-iqa assess --offline`` does (same loader, same
 * ``pipeline``: what the offline CLI/API answers (``offline_vs_single_tools.pipeline_score``: the tools the
   analyst selects, fused by the spec's formula with the shipped η); ``--check-cli N`` runs the real
   ``Assessor`` on N of the images and fails unless it answers the same;
+* ``without_look``: the analyst's detectors blended with the overall damage level (``offline.damage``), the
+  photo's look left out; ``damage_alone`` and ``look_alone``: each model's own prediction;
 * BRISQUE, NIQE and PIQE alone (raw scores, turned so that higher is better), the pyiqa tools the project
   ships with their original models.
 
@@ -63,8 +65,12 @@ def _score_image(args) -> dict:
         tmp.write_text(json.dumps(raw))
         tmp.replace(cfile)
     an = sv.analyze(at_working_size(y), look=True)  # as the offline assessment judges a whole image
-    return {"analyst": fc.score_of(an), "pipeline": ovst.pipeline_score(an, raw, "nr"), "raw": raw,
-            "detected": sorted(c for c, a in an.items() if a.severity != "none")}
+    out = {"analyst": fc.score_of(an), "pipeline": ovst.pipeline_score(an, raw, "nr"), "raw": raw,
+           "detected": sorted(c for c, a in an.items() if a.severity != "none"),
+           "damage_alone": -an.damage_level, "look_alone": an.look}
+    an.look_shift = 0.0
+    out["without_look"] = fc.score_of(an)  # the detectors blended with the damage model, the look left out
+    return out
 
 
 def _srcc(x: np.ndarray, y: np.ndarray) -> float:
@@ -117,7 +123,7 @@ def main(argv=None) -> int:
             if i % 100 == 0 or i == len(jobs):
                 print(f"{i}/{len(jobs)} images", file=sys.stderr, flush=True)
     mos = np.array([r.mos if r.mos_higher_better else -r.mos for r in rows])
-    pred = {"analyst": np.array([s["analyst"] for s in scored]), "pipeline": np.array([s["pipeline"] for s in scored])}
+    pred = {k: np.array([s[k] for s in scored]) for k in ("analyst", "pipeline", "without_look", "damage_alone", "look_alone")}
     for t in ovst.NR_TOOLS:
         pred[t] = np.array([ovst.oriented(t, s["raw"][t]) for s in scored])
     intervals = bootstrap_srcc(pred, mos, base="BRISQUE")
@@ -141,7 +147,7 @@ def main(argv=None) -> int:
         c = metrics.correlations(p, mos)
         out["predictors"][k] = {"srcc": c["srcc"], "plcc": c["plcc"], "plcc_fit": c["plcc_fit"], **intervals[k]}
         ci, dci = intervals[k]["srcc_ci95"], intervals[k]["minus_BRISQUE_ci95"]
-        print(f"{k:9s} SRCC {c['srcc']:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]  PLCC {c['plcc']:.3f}  "
+        print(f"{k:12s} SRCC {c['srcc']:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]  PLCC {c['plcc']:.3f}  "
               f"minus BRISQUE [{dci[0]:+.3f}, {dci[1]:+.3f}]", flush=True)
     print(f"mean score: analyst {out['score_mean']['analyst']:.2f}, pipeline {out['score_mean']['pipeline']:.2f}; "
           f"detected on {n - out['nothing_detected']} of {n}: "

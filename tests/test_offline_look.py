@@ -79,12 +79,12 @@ def test_a_model_file_that_is_too_large_or_missing_is_refused(tmp_path):
             lk.load_model(path)
 
 
-def test_without_a_look_the_analyses_score_as_before():
+def test_without_a_look_or_overall_damage_level_the_analyses_score_as_before():
     analyses = sv.analyze(_photo("chelsea"))
     looked = sv.analyze(_photo("chelsea"), look=True)
-    assert isinstance(looked, sv.Analyses) and looked.look is not None
+    assert isinstance(looked, sv.Analyses) and looked.look is not None and looked.damage_level is not None
     assert {c: a.level_raw for c, a in analyses.items()} == {c: a.level_raw for c, a in looked.items()}
-    looked.look_shift = 0.0
+    looked.look_shift, looked.damage_level = 0.0, None
     assert sv.level_distribution(looked) == sv.level_distribution(analyses)
 
 
@@ -138,7 +138,8 @@ def test_the_choice_script_scores_as_the_product_does(monkeypatch):
               np.clip(x + rng.normal(0, 0.05, x.shape), 0, 1).astype(np.float32)):
         an = sv.analyze(y, look=True)
         cubed = sum(sv._softplus(a.level_raw) ** 3 for a in an.values())
-        theirs = choose_look.score(np.array([cubed]), np.array([an.look]), "shift_clean", 3.0, 0.65, 3.0)[0]
+        theirs = choose_look.score(np.array([cubed]), np.array([an.look]), "shift_clean", 3.0, 0.65, 3.0,
+                                   levels=np.array([an.damage_level]))[0]
         assert sv.expected_level(sv.level_distribution(an)) == pytest.approx(theirs, abs=1e-6)
 
 
@@ -150,4 +151,5 @@ def test_the_reasoning_says_when_the_look_moved_the_score():
     assert "the score falls by" in retina.result.quality_reasoning and "and the overall look put the expected level" in retina.result.quality_reasoning
     assert retina.score < 4.5
     chelsea = assess("example:chelsea")  # looks as good as the threshold: moved by less than a note is worth
-    assert "Overall, photos" not in chelsea.result.quality_reasoning and "Measured severities put" in chelsea.result.quality_reasoning
+    assert "Overall, photos" not in chelsea.result.quality_reasoning
+    assert "Measured severities and the overall damage level put" in chelsea.result.quality_reasoning

@@ -452,9 +452,11 @@ def _reasoning(analyses: dict, evidence: ExecutorOutput, fused, expected: float,
         for lg in evidence.tool_logs if lg.ok
     ]
     tools = list(dict.fromkeys(tools))
-    look_note = _look_note(analyses)
-    text = " ".join(parts) + look_note
-    basis = "Measured severities and the overall look" if look_note else "Measured severities"
+    damage_note, look_note = _damage_note(analyses), _look_note(analyses)
+    text = " ".join(parts) + damage_note + look_note
+    overall = [w for w, note in (("the overall damage level", damage_note), ("the overall look", look_note)) if note]
+    said = ["Measured severities", *overall]
+    basis = f"{', '.join(said[:-1])} and {said[-1]}" if overall else said[0]
     if tools:
         text += " Tools: " + "; ".join(tools) + "."
     if not found and (plan is None or plan.reference_mode != "Full-Reference"):  # with one, the reference is the bar
@@ -471,7 +473,26 @@ def _reasoning(analyses: dict, evidence: ExecutorOutput, fused, expected: float,
     return text
 
 
-LOOK_NOTE_MIN = 0.05  # a look that moves the score less is not worth a sentence
+LOOK_NOTE_MIN = 0.05  # a look (or overall damage level) that moves the score less is not worth a sentence
+
+
+def _damage_note(analyses: dict) -> str:
+    """A sentence when the overall damage level (``severity.Analyses.damage_level``) moved the score away from what
+    the named distortions alone give."""
+    level = getattr(analyses, "damage_level", None)
+    if level is None:
+        return ""
+    from agentic_iqa.offline.damage import load_model
+    from agentic_iqa.offline.severity import overall_badness, quality_from_badness
+
+    named = overall_badness(list(analyses.values()))  # a plain list: the detectors' level alone
+    shift = quality_from_badness(overall_badness(analyses)) - quality_from_badness(named)
+    if abs(shift) < LOOK_NOTE_MIN:
+        return ""
+    counted = max(0.0, level - load_model().offset)  # the level the blend counts (``damage.blend``)
+    return (f" All its statistics together read like damage of level {counted:.1f} on a 0–5 scale (a model fitted on"
+            f" damaged photos; the distortions named read like {named:.1f}): the score "
+            f"{'rises' if shift > 0 else 'falls'} by {abs(shift):.2f}.")
 
 
 def _look_note(analyses: dict) -> str:

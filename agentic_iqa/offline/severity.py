@@ -953,10 +953,12 @@ def analyze_stats(nr: dict, fr: Optional[dict] = None, thresholds: Optional[dict
 
 
 class Analyses(dict):
-    """One image's analyses ({category: CategoryAnalysis}) with, when it was judged without a reference, how good
-    the photo looks overall (``look``: the look model's predicted opinion, 0..1, ``offline.look``) and the points of
-    quality that moves its score by (``look_shift``, ``look.look_shift``)."""
+    """One image's analyses ({category: CategoryAnalysis}) with, when the whole image was judged without a reference,
+    how damaged it is overall (``damage_level``: the damage model's level, 0..5, ``offline.damage``; blended into
+    ``overall_badness``), how good the photo looks overall (``look``: the look model's predicted opinion, 0..1,
+    ``offline.look``) and the points of quality that moves its score by (``look_shift``, ``look.look_shift``)."""
 
+    damage_level: Optional[float] = None
     look: Optional[float] = None
     look_shift: float = 0.0
 
@@ -975,6 +977,7 @@ def analyze(image: st.ImageLike, reference: Optional[st.ImageLike] = None,
         return Analyses(analyze_stats(nr, fr, thresholds))
     from concurrent.futures import ThreadPoolExecutor
 
+    from . import damage
     from . import look as lk
 
     # The look's own measurements run beside the statistics (independent; OpenCV and NumPy release the GIL). An image
@@ -985,6 +988,7 @@ def analyze(image: st.ImageLike, reference: Optional[st.ImageLike] = None,
         nr = image_stats if image_stats is not None else st.measure(x)
         features = {**nr, **own.result()} if same_size else own.result()
     out = Analyses(analyze_stats(nr, None, thresholds))
+    out.damage_level = damage.load_model().level(nr)  # the detectors' statistics (``offline.damage``)
     out.look = lk.load_model().predict(features)
     out.look_shift = lk.look_shift(out.look, overall_badness(out))
     return out
@@ -1027,9 +1031,17 @@ def overall_badness(analyses: dict[str, CategoryAnalysis] | Iterable[CategoryAna
     """Combined distortion level (about 0..5, more for beyond-benchmark damage): a cubic norm of the
     category levels, so the worst category dominates while several milder ones add up. Levels enter
     through a soft floor at 0 (softplus) rather than a hard clip, so the combination rises strictly with
-    every category's estimate and nearly-clean images still rank."""
+    every category's estimate and nearly-clean images still rank. A whole image judged without a reference
+    (``Analyses.damage_level``) blends in the damage model's level, which puts the kinds of damage on one scale."""
     items = analyses.values() if isinstance(analyses, dict) else analyses
-    return float(sum(_softplus(a.level_raw) ** 3 for a in items) ** (1 / 3))
+    detected = float(sum(_softplus(a.level_raw) ** 3 for a in items) ** (1 / 3))
+    level = getattr(analyses, "damage_level", None)
+    if level is None:
+        return detected
+    from . import damage
+
+    model = damage.load_model()
+    return damage.blend(detected, level, model.weight, model.offset)
 
 
 def quality_from_badness(badness: float) -> float:
@@ -1056,7 +1068,7 @@ def level_distribution(analyses: dict[str, CategoryAnalysis] | Iterable[Category
     as the confidence in the worst category falls (0.45 of a level when certain, up to 1.05).
     """
     items = list(analyses.values() if isinstance(analyses, dict) else analyses)
-    q = quality_from_badness(overall_badness(items))
+    q = quality_from_badness(overall_badness(analyses if isinstance(analyses, dict) else items))
     q = min(5.0, max(1.0, q + getattr(analyses, "look_shift", 0.0)))  # the photo's overall look (``Analyses``)
     worst = max(items, key=lambda a: a.level_raw) if items else None
     spread = 0.45 + 0.6 * (1.0 - (worst.confidence if worst else 0.5))
