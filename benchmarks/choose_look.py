@@ -107,9 +107,9 @@ def score(cubed: np.ndarray, opinions: np.ndarray, form: str, gain: float, thres
     same shift fading out as the combined badness grows (gone at ``reach`` levels)."""
     look = np.maximum(0.0, threshold - opinions)
     b = (cubed + (gain * look) ** 3 * (form == "cubic")) ** (1 / 3)
-    if levels is not None:
+    if levels is not None:  # NaN: not applied (``severity.damage_level_applies``)
         d = dm.load_model()
-        b = dm.blend(b, levels, d.weight, d.offset)
+        b = np.where(np.isnan(levels), b, dm.blend(b, np.nan_to_num(levels), d.weight, d.offset))
     q = np.where(b <= 4.5, 5.0 - 0.8 * b, 1.0 + 0.4 * np.exp(-(b - 4.5) / 0.5))
     if form == "lower":
         q = q - gain * look
@@ -164,7 +164,8 @@ def main(argv=None) -> int:
     th_all = sv.load_thresholds()  # the shipped fit: subset 03 is in no corpus source
     biq_nr = [{k: v for k, v in f["features"].items() if not k.startswith("brisque_")} for f in biq_stats]
     biq_cubed = np.array([cubed_badness(sv.analyze_stats(nr, None, th_all)) for nr in biq_nr])
-    biq_levels = np.array([dm.load_model().level(nr) for nr in biq_nr])  # the shipped model: subset 03 is in no source
+    biq_levels = np.array([dm.load_model().level(nr) if sv.damage_level_applies(nr) else np.nan
+                           for nr in biq_nr])  # the shipped model: subset 03 is in no corpus source
     ratings = fit_look.biq_ratings(args.biq)  # read from the checkout: the scores are not redistributed here
     oof, mos = np.array([fitted["subset03_oof"][n] for n in names]), np.array([ratings[n.lower()] for n in names])
     biq = {gt: float(stats.spearmanr(score(biq_cubed, oof, *gt, levels=biq_levels), mos)[0]) for gt in settings()}

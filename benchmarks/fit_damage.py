@@ -131,14 +131,17 @@ def _train_job(args) -> dict:
 
 
 def predicted_levels(saved: dict, nrs: list[dict]) -> np.ndarray:
-    """The product's prediction (``DamageModel.level``, vectorized) for statistics ``nrs``."""
+    """The product's prediction (``DamageModel.level``, vectorized) for statistics ``nrs``; NaN where the product
+    does not apply it (``severity.damage_level_applies``: a monochrome or blank image)."""
     model = dm.model_from_dict({**saved, "weight": 0.0, "offset": 0.0})
-    return np.clip(model.levels(np.array([[s[n] for n in model.names] for s in nrs])), 0.0, 5.0)
+    levels = np.clip(model.levels(np.array([[s[n] for n in model.names] for s in nrs])), 0.0, 5.0)
+    return np.where([sv.damage_level_applies(s) for s in nrs], levels, np.nan)
 
 
 def quality(detected: np.ndarray, levels: np.ndarray, w: float, t: float) -> np.ndarray:
-    """``severity.quality_from_badness`` of the blended badness, vectorized."""
-    b = dm.blend(detected, levels, w, t)
+    """``severity.quality_from_badness`` of the blended badness (the detectors' alone where ``levels`` is NaN),
+    vectorized."""
+    b = np.where(np.isnan(levels), detected, dm.blend(detected, np.nan_to_num(levels), w, t))
     return np.where(b <= 4.5, 5.0 - 0.8 * b, 1.0 + 0.4 * np.exp(-(b - 4.5) / 0.5))
 
 

@@ -12,7 +12,7 @@ without a reference, as ``agentic-iqa assess --offline`` does (same loader, same
   analyst selects, fused by the spec's formula with the shipped η); ``--check-cli N`` runs the real
   ``Assessor`` on N of the images and fails unless it answers the same;
 * ``without_look``: the analyst's detectors blended with the overall damage level (``offline.damage``), the
-  photo's look left out; ``damage_alone`` and ``look_alone``: each model's own prediction;
+  photo's look left out; ``look_alone``: the look model's own prediction;
 * BRISQUE, NIQE and PIQE alone (raw scores, turned so that higher is better), the pyiqa tools the project
   ships with their original models.
 
@@ -67,7 +67,7 @@ def _score_image(args) -> dict:
     an = sv.analyze(at_working_size(y), look=True)  # as the offline assessment judges a whole image
     out = {"analyst": fc.score_of(an), "pipeline": ovst.pipeline_score(an, raw, "nr"), "raw": raw,
            "detected": sorted(c for c, a in an.items() if a.severity != "none"),
-           "damage_alone": -an.damage_level, "look_alone": an.look}
+           "look_alone": an.look}
     an.look_shift = 0.0
     out["without_look"] = fc.score_of(an)  # the detectors blended with the damage model, the look left out
     return out
@@ -123,7 +123,7 @@ def main(argv=None) -> int:
             if i % 100 == 0 or i == len(jobs):
                 print(f"{i}/{len(jobs)} images", file=sys.stderr, flush=True)
     mos = np.array([r.mos if r.mos_higher_better else -r.mos for r in rows])
-    pred = {k: np.array([s[k] for s in scored]) for k in ("analyst", "pipeline", "without_look", "damage_alone", "look_alone")}
+    pred = {k: np.array([s[k] for s in scored]) for k in ("analyst", "pipeline", "without_look", "look_alone")}
     for t in ovst.NR_TOOLS:
         pred[t] = np.array([ovst.oriented(t, s["raw"][t]) for s in scored])
     intervals = bootstrap_srcc(pred, mos, base="BRISQUE")

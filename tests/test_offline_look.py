@@ -139,7 +139,7 @@ def test_the_choice_script_scores_as_the_product_does(monkeypatch):
         an = sv.analyze(y, look=True)
         cubed = sum(sv._softplus(a.level_raw) ** 3 for a in an.values())
         theirs = choose_look.score(np.array([cubed]), np.array([an.look]), "shift_clean", 3.0, 0.65, 3.0,
-                                   levels=np.array([an.damage_level]))[0]
+                                   levels=np.array([np.nan if an.damage_level is None else an.damage_level]))[0]
         assert sv.expected_level(sv.level_distribution(an)) == pytest.approx(theirs, abs=1e-6)
 
 

@@ -952,10 +952,17 @@ def analyze_stats(nr: dict, fr: Optional[dict] = None, thresholds: Optional[dict
     return {c: best[c] for c in DISTORTION_CATEGORIES}
 
 
+def damage_level_applies(s: dict) -> bool:
+    """Whether the overall damage level (``offline.damage``) judges an image with statistics ``s``: not a blank
+    frame, and not a monochrome one. A black-and-white photo on purpose reads to it like strong colour loss (on
+    the corpus, clean gray photos are few and desaturated damage many); the detectors gate colour for it already."""
+    return not (_blank(s) or _monochrome(s))
+
+
 class Analyses(dict):
     """One image's analyses ({category: CategoryAnalysis}) with, when the whole image was judged without a reference,
     how damaged it is overall (``damage_level``: the damage model's level, 0..5, ``offline.damage``; blended into
-    ``overall_badness``), how good the photo looks overall (``look``: the look model's predicted opinion, 0..1,
+    ``overall_badness``; None where ``damage_level_applies`` says no), how good the photo looks overall (``look``: the look model's predicted opinion, 0..1,
     ``offline.look``) and the points of quality that moves its score by (``look_shift``, ``look.look_shift``)."""
 
     damage_level: Optional[float] = None
@@ -988,7 +995,7 @@ def analyze(image: st.ImageLike, reference: Optional[st.ImageLike] = None,
         nr = image_stats if image_stats is not None else st.measure(x)
         features = {**nr, **own.result()} if same_size else own.result()
     out = Analyses(analyze_stats(nr, None, thresholds))
-    out.damage_level = damage.load_model().level(nr)  # the detectors' statistics (``offline.damage``)
+    out.damage_level = damage.load_model().level(nr) if damage_level_applies(nr) else None
     out.look = lk.load_model().predict(features)
     out.look_shift = lk.look_shift(out.look, overall_badness(out))
     return out
