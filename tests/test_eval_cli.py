@@ -170,7 +170,8 @@ def test_bench_convert_clive_then_eval_reports_the_correlation_with_mos(tmp_path
     assert mos_correlation.main([str(root / "manifest.jsonl"), "--workers", "1", "--check-cli", "2", "--json", str(out),
                                  "--cache", str(tmp_path / "cache")]) == 0
     bench = json.loads(out.read_text())
-    assert bench["n"] == 5 and set(bench["predictors"]) == {"analyst", "pipeline", "BRISQUE", "NIQE", "PIQE"}
+    assert bench["n"] == 5 and set(bench["predictors"]) == {
+        "analyst", "pipeline", "without_look", "look_alone", "BRISQUE", "NIQE", "PIQE"}
     assert abs(bench["predictors"]["pipeline"]["srcc"] - vs_mos["srcc"]) < 1e-9
     assert [c["cli"] for c in bench["cli_check"]] == [c["benchmark"] for c in bench["cli_check"]]
     assert "mos" not in bench["image_columns"] and len(bench["images"]) == 5

@@ -150,6 +150,10 @@ def test_the_reasoning_says_when_the_look_moved_the_score():
     assert "Overall, photos that measure like this one are rated about 3.0 of 5 by people" in retina.result.quality_reasoning
     assert "the score falls by" in retina.result.quality_reasoning and "and the overall look put the expected level" in retina.result.quality_reasoning
     assert retina.score < 4.5
-    chelsea = assess("example:chelsea")  # looks as good as the threshold: moved by less than a note is worth
-    assert "Overall, photos" not in chelsea.result.quality_reasoning
-    assert "Measured severities and the overall damage level put" in chelsea.result.quality_reasoning
+    from agentic_iqa.offline.analyst import LOOK_NOTE_MIN, _look_note
+
+    quiet = sv.Analyses()  # a look that moves the score by less than a note is worth goes unsaid
+    quiet.look, quiet.look_shift = 0.74, -(LOOK_NOTE_MIN - 0.01)
+    assert _look_note(quiet) == ""
+    quiet.look_shift = LOOK_NOTE_MIN + 0.01
+    assert "the score rises by 0.06" in _look_note(quiet)
