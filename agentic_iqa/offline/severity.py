@@ -962,8 +962,9 @@ def damage_level_applies(s: dict) -> bool:
 class Analyses(dict):
     """One image's analyses ({category: CategoryAnalysis}) with, when the whole image was judged without a reference,
     how damaged it is overall (``damage_level``: the damage model's level, 0..5, ``offline.damage``; blended into
-    ``overall_badness``; None where ``damage_level_applies`` says no), how good the photo looks overall (``look``: the look model's predicted opinion, 0..1,
-    ``offline.look``) and the points of quality that moves its score by (``look_shift``, ``look.look_shift``)."""
+    ``overall_badness``; None where ``damage_level_applies`` says no), how good the photo looks overall (``look``:
+    the look model's predicted opinion, 0..1, ``offline.look``) and the points of quality that moves its score by
+    (``look_shift``, ``look.look_shift``)."""
 
     damage_level: Optional[float] = None
     look: Optional[float] = None
@@ -1048,7 +1049,7 @@ def overall_badness(analyses: dict[str, CategoryAnalysis] | Iterable[CategoryAna
     from . import damage
 
     model = damage.load_model()
-    return damage.blend(detected, level, model.weight, model.offset)
+    return float(damage.blend(detected, level, model.weight, model.offset))
 
 
 def quality_from_badness(badness: float) -> float:
