@@ -1,7 +1,7 @@
 """Fit the damage model (``agentic_iqa/offline/damage.py``) on the synthetic corpus and choose its share of the
 analyst's combined badness, leave-one-source-out.
 
-    python benchmarks/fit_damage.py [--workers 2] [--no-write]    # ~25 min on 2 cores, from fit_corpus.py's cache
+    python benchmarks/fit_damage.py [--workers 2] [--no-write]    # ~8 min on 2 cores, from fit_corpus.py's cache
 
 Protocol. The model is a two-layer network (``HIDDEN``, ReLU) from the analyst's NR statistics (``stats.measure``
 on the corpus's 512 px working copies) to the damage level, clean photos 0 and every damage type at levels 1..5 of
@@ -10,15 +10,16 @@ were set before any held-out figure was seen and not searched. For each of the 2
 without that source predicts its clean photos and their "alt"-ladder damage (other parameters than the fit's),
 and the analyst fitted without it (``fit_corpus.fold_fits``) grades the same images. The score is
 ``quality_from_badness(blend(detected badness, predicted level, w, t))``: the model's share ``w`` of the badness,
-its level counted from ``t`` up. ``(w, t)`` is chosen on a grid by
+its level counted from ``t`` up (the detectors' badness alone on a monochrome or blank image, as the product does:
+``severity.damage_level_applies``). ``(w, t)`` is chosen on a grid by
 
     J = intra SRCC + SRCC across all images − clean-photo penalties (choose_fusion's criterion)
         − 10 · max(0, 0.92 − intra SRCC) − 10 · max(0, clean share below 3.5 − 0.10)
 
 (issue 10's NR targets as constraints, as in choose_look.py). A setting must beat the model unused by more than
 ``MARGIN``. The held-out figures are nested: each source is scored with the ``(w, t)`` chosen on the other 24
-sources' held-out predictions. The photo's look (``look.py``) is not applied here (its features are not in the corpus cache);
-``choose_look.py`` re-chooses the look's combination on top of this one.
+sources' held-out predictions. The photo's look (``look.py``) is not applied here (its features are not in the
+corpus cache); ``choose_look.py`` re-chooses the look's combination on top of this one.
 
 Writes the model trained on all 25 sources, with the ``(w, t)`` chosen on all of them, to
 ``agentic_iqa/offline/damage_model.json`` (unless ``--no-write``) and the record to
@@ -121,8 +122,8 @@ def train(X: np.ndarray, y: np.ndarray, names: list[str]) -> dict:
             opt.step()
     linear = [m for m in net if isinstance(m, torch.nn.Linear)]
     return {"names": names, "knots": knots.tolist(), "z": z.tolist(),
-            "layers": [{"w": m.weight.detach().double().numpy().T.tolist(), "b": m.bias.detach().double().numpy().tolist()}
-                       for m in linear]}
+            "layers": [{"w": m.weight.detach().double().numpy().T.tolist(),
+                        "b": m.bias.detach().double().numpy().tolist()} for m in linear]}
 
 
 def _train_job(args) -> dict:
