@@ -44,6 +44,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import fit_corpus as fc  # noqa: E402
 from agentic_iqa.offline import damage as dm  # noqa: E402
 from agentic_iqa.offline import severity as sv  # noqa: E402
+from agentic_iqa.offline.look import feature_maps, normal_scores  # noqa: E402
 from fit_corpus import figures  # noqa: E402
 
 HIDDEN = (64, 32)
@@ -101,8 +102,6 @@ def train(X: np.ndarray, y: np.ndarray, names: list[str]) -> dict:
     torch.set_num_threads(1)
     knots = np.nanquantile(X, QUANTILES, axis=0)
     z = norm.ppf(QUANTILES)
-    from agentic_iqa.offline.look import feature_maps, normal_scores
-
     A = torch.tensor(normal_scores(X, feature_maps(knots, z)), dtype=torch.float32)
     t = torch.tensor(y, dtype=torch.float32)
     widths = (len(names), *HIDDEN, 1)
