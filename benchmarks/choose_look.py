@@ -110,7 +110,7 @@ def score(cubed: np.ndarray, opinions: np.ndarray, form: str, gain: float, thres
     if levels is not None:  # NaN: not applied (``severity.damage_level_applies``)
         d = dm.load_model()
         b = np.where(np.isnan(levels), b, dm.blend(b, np.nan_to_num(levels), d.weight, d.offset))
-    q = np.where(b <= 4.5, 5.0 - 0.8 * b, 1.0 + 0.4 * np.exp(-(b - 4.5) / 0.5))
+    q = sv.quality_from_badness(b)
     if form == "lower":
         q = q - gain * look
     elif form == "shift":

@@ -35,16 +35,16 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
-from scipy.stats import norm
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import fit_corpus as fc  # noqa: E402
+import offline_vs_single_tools as ovst  # noqa: E402
 from agentic_iqa.offline import damage as dm  # noqa: E402
 from agentic_iqa.offline import severity as sv  # noqa: E402
-from agentic_iqa.offline.look import feature_maps, normal_scores  # noqa: E402
+from agentic_iqa.offline.look import feature_maps, normal_scores, quantile_knots  # noqa: E402
 from fit_corpus import figures  # noqa: E402
 
 HIDDEN = (64, 32)
@@ -66,18 +66,12 @@ def statistic_names(measured) -> list[str]:
     return sorted(measured[0]["clean"]["nr"])
 
 
-def training_rows(measured, idx, names) -> tuple[np.ndarray, np.ndarray]:
-    """Statistics and damage level of the photos ``idx``: each clean copy (level 0) and its "fit"-ladder damage."""
-    X, y = [], []
-    for i in idx:
-        m = measured[i]
-        X.append([m["clean"]["nr"][n] for n in names])
-        y.append(0)
-        for r in m["rows"]:
-            if r["ladder"] == "fit":
-                X.append([r["nr"][n] for n in names])
-                y.append(r["level"])
-    return np.array(X, dtype=np.float64), np.array(y, dtype=np.float64)
+def training_rows(photos, measured, idx, names) -> tuple[np.ndarray, np.ndarray]:
+    """Statistics and damage level of the photos ``idx``: each clean copy (level 0) and its "fit"-ladder damage, as
+    the detectors are fitted on them (``fit_corpus.samples_of``)."""
+    samples, _ = fc.samples_of([photos[i] for i in idx], [measured[i] for i in idx])
+    return (np.array([[s[n] for n in names] for s, _, _ in samples], dtype=np.float64),
+            np.array([level for _, _, level in samples], dtype=np.float64))
 
 
 def held_out_rows(photos, measured, idx) -> tuple[list[dict], list[dict]]:
@@ -87,10 +81,9 @@ def held_out_rows(photos, measured, idx) -> tuple[list[dict], list[dict]]:
         m = measured[i]
         items.append({"group": photos[i]["name"], "type": None, "level": 0})
         nrs.append(m["clean"]["nr"])
-        for r in m["rows"]:
-            if r["ladder"] == "alt":
-                items.append({"group": photos[i]["name"], "type": r["type"], "level": r["level"]})
-                nrs.append(r["nr"])
+        for r in ovst.alt_rows(m):
+            items.append({"group": photos[i]["name"], "type": r["type"], "level": r["level"]})
+            nrs.append(r["nr"])
     return items, nrs
 
 
@@ -100,8 +93,7 @@ def train(X: np.ndarray, y: np.ndarray, names: list[str]) -> dict:
 
     torch.manual_seed(SEED)
     torch.set_num_threads(1)
-    knots = np.nanquantile(X, QUANTILES, axis=0)
-    z = norm.ppf(QUANTILES)
+    knots, z = quantile_knots(X, QUANTILES)
     A = torch.tensor(normal_scores(X, feature_maps(knots, z)), dtype=torch.float32)
     t = torch.tensor(y, dtype=torch.float32)
     widths = (len(names), *HIDDEN, 1)
@@ -141,8 +133,8 @@ def predicted_levels(saved: dict, nrs: list[dict]) -> np.ndarray:
 def quality(detected: np.ndarray, levels: np.ndarray, w: float, t: float) -> np.ndarray:
     """``severity.quality_from_badness`` of the blended badness (the detectors' alone where ``levels`` is NaN),
     vectorized."""
-    b = np.where(np.isnan(levels), detected, dm.blend(detected, np.nan_to_num(levels), w, t))
-    return np.where(b <= 4.5, 5.0 - 0.8 * b, 1.0 + 0.4 * np.exp(-(b - 4.5) / 0.5))
+    blended = dm.blend(detected, np.nan_to_num(levels), w, t)
+    return sv.quality_from_badness(np.where(np.isnan(levels), detected, blended))
 
 
 def grid(items, detected, levels) -> dict:
@@ -180,7 +172,7 @@ def fold_models(photos, measured, cache: Path, workers: int) -> dict[str, dict]:
     cache_file.parent.mkdir(parents=True, exist_ok=True)
     models = json.loads(cache_file.read_text()) if cache_file.is_file() else {}
     todo = [s for s in sources if s not in models]
-    jobs = [training_rows(measured, [i for i, p in enumerate(photos) if p["source"] != s], names) + (names,)
+    jobs = [training_rows(photos, measured, [i for i, p in enumerate(photos) if p["source"] != s], names) + (names,)
             for s in todo]
     with ProcessPoolExecutor(workers) as pool:
         for s, saved in zip(todo, pool.map(_train_job, jobs)):
@@ -253,7 +245,7 @@ def main(argv=None) -> int:
               "table": {f"{w}/{t}": f for (w, t), f in table.items()}, "nested": nested, "nested_summary": summary}
     RECORD.write_text(json.dumps(record, indent=1) + "\n")
     if not args.no_write:
-        X, y = training_rows(measured, range(len(photos)), names)
+        X, y = training_rows(photos, measured, range(len(photos)), names)
         saved = train(X, y, names)
         saved.update(weight=shipped[0], offset=shipped[1], about={
             "fitted_by": "benchmarks/fit_damage.py", "record": "benchmarks/corpus/damage_choice.json",

@@ -32,7 +32,6 @@ from pathlib import Path
 
 import numpy as np
 from scipy import stats
-from scipy.special import ndtri
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -40,7 +39,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import fit_corpus as fc  # noqa: E402
 from agentic_iqa.bench.manifest import read_manifest  # noqa: E402
-from agentic_iqa.offline.look import feature_maps, normal_scores  # noqa: E402
+from agentic_iqa.offline.look import feature_maps, normal_scores, quantile_knots  # noqa: E402
 
 RECORD = ROOT / "benchmarks" / "corpus" / "look_fit.json"
 FOLDS = 5
@@ -123,8 +122,7 @@ def duplicate_groups(thumbs: np.ndarray) -> np.ndarray:
 
 
 def quantile_map(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    qs = np.linspace(0.5 / KNOTS, 1 - 0.5 / KNOTS, KNOTS)
-    return np.nanquantile(X, qs, axis=0), ndtri(qs)
+    return quantile_knots(X, np.linspace(0.5 / KNOTS, 1 - 0.5 / KNOTS, KNOTS))
 
 
 def fit_ridge(X: np.ndarray, y: np.ndarray, penalty: float) -> dict:

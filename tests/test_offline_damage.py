@@ -12,6 +12,7 @@ import pytest
 import skimage.data
 
 from agentic_iqa.offline import damage as dm
+from agentic_iqa.offline import look as lk
 from agentic_iqa.offline import severity as sv
 from agentic_iqa.offline import stats as st
 
@@ -130,7 +131,7 @@ def test_a_missing_or_oversized_model_file_is_refused(tmp_path):
     with pytest.raises(ValueError, match="reinstall"):
         dm.load_model(tmp_path / "absent.json")
     big = tmp_path / "big.json"
-    big.write_bytes(b" " * (dm._MAX_MODEL_BYTES + 1))
+    big.write_bytes(b" " * (lk._MAX_MODEL_BYTES + 1))  # the cap every fitted-parameters file shares
     with pytest.raises(ValueError, match="reinstall"):
         dm.load_model(big)
 

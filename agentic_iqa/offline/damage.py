@@ -15,17 +15,15 @@ leave-one-source-out. The fitted parameters are data (``damage_model.json``), re
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
-from .look import feature_maps, normal_scores
+from .look import feature_maps, normal_scores, read_fitted_json
 
 MODEL_PATH = Path(__file__).with_name("damage_model.json")
-_MAX_MODEL_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -79,9 +77,7 @@ def model_from_dict(d: dict) -> DamageModel:
 @lru_cache(maxsize=4)
 def load_model(path: Path = MODEL_PATH) -> DamageModel:
     """The fitted model shipped with the package (read once)."""
-    if not path.is_file() or path.stat().st_size > _MAX_MODEL_BYTES:
-        raise ValueError(f"damage model {path}: not a regular file under {_MAX_MODEL_BYTES} bytes; reinstall agentic-iqa")
-    return model_from_dict(json.loads(path.read_text()))
+    return model_from_dict(read_fitted_json(path, "damage model"))
 
 
 def blend(detected, level, weight: float, offset: float):

@@ -80,6 +80,14 @@ class LookModel:
         return float(np.clip(zs @ self.weights + self.intercept, 0.0, 1.0))
 
 
+def quantile_knots(X: np.ndarray, levels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The fitting side of ``feature_maps``: each feature's (column of ``X``; NaN left out) quantiles at ``levels``,
+    and the normal scores of those levels."""
+    from scipy.special import ndtri
+
+    return np.nanquantile(X, levels, axis=0), ndtri(levels)
+
+
 def feature_maps(knots: np.ndarray, z: np.ndarray) -> tuple:
     """Per feature (column of ``knots``): its distinct training quantiles and their normal scores."""
     return tuple((u, z[first]) for u, first in (np.unique(knots[:, j], return_index=True) for j in range(knots.shape[1])))
@@ -116,12 +124,21 @@ def model_from_dict(d: dict) -> LookModel:
                      feature_maps(knots, z))
 
 
+def read_fitted_json(path: Path, label: str) -> dict:
+    """A fitted-parameters file shipped with the package (``iqa_tools.files.read_regular_file``: a regular file, at
+    most ``_MAX_MODEL_BYTES``), parsed; refusals name ``label`` and say to reinstall."""
+    from iqa_tools.files import read_regular_file
+
+    try:
+        return json.loads(read_regular_file(path, f"{label} {path}", _MAX_MODEL_BYTES, "a model file"))
+    except ValueError as exc:
+        raise ValueError(f"{exc}; reinstall agentic-iqa") from None
+
+
 @lru_cache(maxsize=4)
 def load_model(path: Path = MODEL_PATH) -> LookModel:
     """The fitted model shipped with the package (read once)."""
-    if not path.is_file() or path.stat().st_size > _MAX_MODEL_BYTES:
-        raise ValueError(f"look model {path}: not a regular file under {_MAX_MODEL_BYTES} bytes; reinstall agentic-iqa")
-    return model_from_dict(json.loads(path.read_text()))
+    return model_from_dict(read_fitted_json(path, "look model"))
 
 
 def look_shift(opinion: float, badness: float, model: LookModel | None = None) -> float:

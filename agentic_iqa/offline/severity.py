@@ -1052,9 +1052,13 @@ def overall_badness(analyses: dict[str, CategoryAnalysis] | Iterable[CategoryAna
     return float(damage.blend(detected, level, model.weight, model.offset))
 
 
-def quality_from_badness(badness: float) -> float:
+def quality_from_badness(badness):
     """Quality on 1..5: 5 - 0.8 B up to B = 4.5, then an exponential tail towards 1 (same slope at
-    the joint) so even damage beyond the fitted range keeps ranking."""
+    the joint) so even damage beyond the fitted range keeps ranking. A float for a float; an array (the
+    choice scripts score many images at once) for an array."""
+    if np.ndim(badness):
+        b = np.asarray(badness, dtype=float)
+        return np.where(b <= 4.5, 5.0 - 0.8 * b, 1.0 + 0.4 * np.exp(-(np.maximum(b, 4.5) - 4.5) / 0.5))
     if badness <= 4.5:
         return 5.0 - 0.8 * badness
     return 1.0 + 0.4 * math.exp(-(badness - 4.5) / 0.5)
